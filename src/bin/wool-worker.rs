@@ -1,0 +1,103 @@
+//! `wool-worker`: the reference Wool worker.
+//!
+//! `wool-worker [--listen ADDR] [--tls-ca PATH --tls-cert PATH --tls-key PATH [--one-way]]`
+//!
+//! Prints its dialable address as the first stdout line (flushed at once), serves the `echo` and
+//! `sleep` routines, and exits 0 once a `stop` has completed. SIGTERM and SIGINT stop it
+//! gracefully (in-flight tasks may finish). Logs go to stderr (`RUST_LOG` sets the level).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use wool::worker::{Grace, ListenAddress, RoutineRegistry, ServerCredentials, Worker};
+
+/// The reference Wool worker: serves `echo` and `sleep`, reports idle time, obeys `stop`.
+#[derive(Debug, Parser)]
+#[command(name = "wool-worker", version)]
+struct Args {
+    /// Where to listen: `host:port` (port 0 picks one) or `unix:PATH`.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: ListenAddress,
+    /// CA certificate (PEM) that client certificates must chain to (mutual TLS).
+    #[arg(long, requires_all = ["tls_cert", "tls_key"])]
+    tls_ca: Option<PathBuf>,
+    /// The worker's certificate chain (PEM).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The worker's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// One-way TLS: do not ask clients for certificates.
+    #[arg(long, requires = "tls_cert")]
+    one_way: bool,
+}
+
+impl Args {
+    fn credentials(&self) -> Result<Option<ServerCredentials>, String> {
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+            return Ok(None);
+        };
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+        };
+        let (cert, key) = (read(cert)?, read(key)?);
+        match (&self.tls_ca, self.one_way) {
+            (_, true) => Ok(Some(ServerCredentials::one_way(cert, key))),
+            (Some(ca), false) => Ok(Some(ServerCredentials::mutual(read(ca)?, cert, key))),
+            (None, false) => Err("--tls-ca is required for mutual TLS (or pass --one-way)".into()),
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let args = Args::parse();
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("wool-worker: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let mut builder = Worker::builder()
+        .listen(args.listen.clone())
+        .routines(RoutineRegistry::default().with_reference_routines());
+    if let Some(credentials) = args.credentials()? {
+        builder = builder.credentials(credentials);
+    }
+    let worker = builder.serve().await.map_err(|e| e.to_string())?;
+    {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "{}", worker.address())
+            .and_then(|()| stdout.flush())
+            .map_err(|e| e.to_string())?;
+    }
+    tracing::info!(address = worker.address(), "serving");
+    let signals = async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return std::future::pending().await;
+        };
+        tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+    };
+    tokio::select! {
+        result = worker.wait() => return result.map_err(|e| e.to_string()),
+        () = signals => tracing::info!("signal received: stopping, in-flight tasks may finish"),
+    }
+    worker.stop(Grace::Unbounded).await;
+    worker.wait().await.map_err(|e| e.to_string())
+}

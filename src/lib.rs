@@ -1,0 +1,11 @@
+//! libwool: a Rust worker, client and C ABI for the Wool distributed runtime.
+//!
+//! - [`worker`]: be a Wool worker — serve `dispatch`, `stop` and `idle`, run Rust routines, and
+//!   report continuous idle seconds.
+//! - [`connection`]: [`WorkerConnection`], the direct single-worker client (Wool's
+//!   `WorkerConnection`): idle, stop, dispatch over pooled channels, plaintext or TLS.
+//! - [`ffi`]: the C ABI (`include/wool.h`).
+//! - [`protocol`]: the generated wire types.
+
+pub mod protocol;
+pub mod worker;

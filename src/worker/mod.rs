@@ -1,0 +1,354 @@
+//! A Wool worker in Rust: serves Wool's `Worker` gRPC service (`dispatch`, `stop`, `idle`), runs
+//! Rust routines, and reports how long it has been continuously idle.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), wool::worker::WorkerError> {
+//! use wool::worker::{Grace, Worker};
+//! let handle = Worker::builder()
+//!     .listen("127.0.0.1:0".parse()?)
+//!     .routine("double", |args: Vec<u8>| async move { Ok([args.clone(), args].concat()) })
+//!     .serve()
+//!     .await?;
+//! println!("{}", handle.address());
+//! handle.stop(Grace::None).await;
+//! handle.wait().await?;
+//! # Ok(()) }
+//! ```
+
+mod authority;
+pub mod idle;
+pub mod routine;
+mod service;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::net::{TcpListener, UnixListener};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+
+use crate::protocol::worker_server::WorkerServer;
+pub use routine::{Routine, RoutineFuture, RoutineRegistry};
+pub use service::Grace;
+use service::{WorkerService, WorkerState};
+
+/// Wool's channel default for message sizes: 100 MiB each way.
+pub const MAX_MESSAGE_BYTES: usize = 100 * 1024 * 1024;
+
+/// How long a stopped worker waits for its connections to close before it ends anyway.
+const SHUTDOWN_LINGER: Duration = Duration::from_secs(5);
+
+/// Errors of building or running a worker.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The listen address could not be parsed (`host:port` or `unix:PATH`).
+    #[error("invalid listen address {0:?}: expected host:port or unix:PATH")]
+    InvalidAddress(String),
+    /// Binding the listener failed.
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// The address as given.
+        address: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The TLS material could not be used.
+    #[error("invalid TLS configuration: {0}")]
+    Tls(String),
+    /// The gRPC server failed while serving.
+    #[error("worker server failed: {0}")]
+    Serve(#[from] tonic::transport::Error),
+    /// The server task panicked or was aborted.
+    #[error("worker server task ended abnormally: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+/// Where a worker listens: a TCP `host:port` (port 0 picks a free port) or a Unix socket path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenAddress {
+    /// TCP, e.g. `127.0.0.1:0` or `[::1]:50051`.
+    Tcp(String),
+    /// A Unix domain socket at this path (given as `unix:PATH` or `unix:///abs/path`).
+    Unix(PathBuf),
+}
+
+impl FromStr for ListenAddress {
+    type Err = WorkerError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let invalid = || WorkerError::InvalidAddress(s.to_string());
+        if let Some(rest) = s.strip_prefix("unix:") {
+            let path = rest.strip_prefix("//").unwrap_or(rest);
+            if path.is_empty() {
+                return Err(invalid());
+            }
+            return Ok(ListenAddress::Unix(PathBuf::from(path)));
+        }
+        match s.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                Ok(ListenAddress::Tcp(s.to_string()))
+            }
+            _ => Err(invalid()),
+        }
+    }
+}
+
+/// A worker's TLS identity: its certificate chain and key (PEM), and for mutual TLS the CA
+/// that client certificates must chain to.
+#[derive(Clone)]
+pub struct ServerCredentials {
+    cert_pem: Vec<u8>,
+    key_pem: Vec<u8>,
+    client_ca_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for ServerCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerCredentials")
+            .field("mutual", &self.client_ca_pem.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerCredentials {
+    /// Mutual TLS (Wool's default for secure workers): clients must present a certificate
+    /// signed by `ca_pem`.
+    pub fn mutual(
+        ca_pem: impl Into<Vec<u8>>,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        Self {
+            cert_pem: cert_pem.into(),
+            key_pem: key_pem.into(),
+            client_ca_pem: Some(ca_pem.into()),
+        }
+    }
+
+    /// One-way TLS: the worker proves itself; clients present no certificate.
+    pub fn one_way(cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
+        Self {
+            cert_pem: cert_pem.into(),
+            key_pem: key_pem.into(),
+            client_ca_pem: None,
+        }
+    }
+
+    fn tls_config(&self) -> ServerTlsConfig {
+        let config =
+            ServerTlsConfig::new().identity(Identity::from_pem(&self.cert_pem, &self.key_pem));
+        match &self.client_ca_pem {
+            Some(ca) => config.client_ca_root(Certificate::from_pem(ca)),
+            None => config,
+        }
+    }
+}
+
+/// Entry point: `Worker::builder()`.
+#[derive(Debug)]
+pub struct Worker;
+
+impl Worker {
+    /// A builder listening on `127.0.0.1:0`, plaintext, with no routines.
+    pub fn builder() -> WorkerBuilder {
+        WorkerBuilder {
+            listen: ListenAddress::Tcp("127.0.0.1:0".into()),
+            credentials: None,
+            routines: RoutineRegistry::default(),
+        }
+    }
+}
+
+/// Configures a worker: listen address, optional TLS, routines.
+#[derive(Debug)]
+pub struct WorkerBuilder {
+    listen: ListenAddress,
+    credentials: Option<ServerCredentials>,
+    routines: RoutineRegistry,
+}
+
+impl WorkerBuilder {
+    /// Where to listen (default `127.0.0.1:0`).
+    pub fn listen(mut self, address: ListenAddress) -> Self {
+        self.listen = address;
+        self
+    }
+
+    /// Serve over TLS with these credentials (default: plaintext).
+    pub fn credentials(mut self, credentials: ServerCredentials) -> Self {
+        self.credentials = Some(credentials);
+        self
+    }
+
+    /// Registers `routine` under `name` (what callers put in `Task.callable`).
+    pub fn routine(mut self, name: impl Into<String>, routine: impl Routine) -> Self {
+        self.routines.insert(name, routine);
+        self
+    }
+
+    /// Uses `routines` as the worker's routine table, replacing any registered so far.
+    pub fn routines(mut self, routines: RoutineRegistry) -> Self {
+        self.routines = routines;
+        self
+    }
+
+    /// Binds the listener and starts serving on the current tokio runtime.
+    ///
+    /// Errors: [`WorkerError::Bind`] when the address cannot be bound, [`WorkerError::Tls`] when
+    /// the credentials are unusable. The idle clock starts here.
+    pub async fn serve(self) -> Result<WorkerHandle, WorkerError> {
+        let state = Arc::new(WorkerState::new(self.routines));
+        let accepted = Arc::new(AtomicU64::new(0));
+        let mut server = Server::builder()
+            .tcp_nodelay(true)
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(30)));
+        if let Some(credentials) = &self.credentials {
+            server = server
+                .tls_config(credentials.tls_config())
+                .map_err(|e| WorkerError::Tls(e.to_string()))?;
+        }
+        let service = WorkerServer::new(WorkerService {
+            state: Arc::clone(&state),
+        })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let router = server.add_service(service);
+        let shutdown = state.shutdown.clone();
+        let count = Arc::clone(&accepted);
+        let (address, unix_path, server_task): (
+            String,
+            Option<PathBuf>,
+            JoinHandle<Result<(), tonic::transport::Error>>,
+        ) = match &self.listen {
+            ListenAddress::Tcp(spec) => {
+                let listener =
+                    TcpListener::bind(spec.as_str())
+                        .await
+                        .map_err(|source| WorkerError::Bind {
+                            address: spec.clone(),
+                            source,
+                        })?;
+                let local: SocketAddr =
+                    listener.local_addr().map_err(|source| WorkerError::Bind {
+                        address: spec.clone(),
+                        source,
+                    })?;
+                let incoming = TcpListenerStream::new(listener).map(move |stream| {
+                    let stream = stream?;
+                    count.fetch_add(1, Ordering::Relaxed);
+                    stream.set_nodelay(true)?;
+                    Ok::<_, std::io::Error>(stream)
+                });
+                let task = tokio::spawn(
+                    router.serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned()),
+                );
+                (local.to_string(), None, task)
+            }
+            ListenAddress::Unix(path) => {
+                remove_stale_socket(path);
+                let listener = UnixListener::bind(path).map_err(|source| WorkerError::Bind {
+                    address: format!("unix:{}", path.display()),
+                    source,
+                })?;
+                let incoming = UnixListenerStream::new(listener).map(move |stream| {
+                    count.fetch_add(1, Ordering::Relaxed);
+                    stream.map(authority::LenientAuthority::new)
+                });
+                let task = tokio::spawn(
+                    router.serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned()),
+                );
+                (format!("unix:{}", path.display()), Some(path.clone()), task)
+            }
+        };
+        Ok(WorkerHandle {
+            address,
+            unix_path,
+            state,
+            accepted,
+            server: tokio::sync::Mutex::new(Some(server_task)),
+        })
+    }
+}
+
+/// Removes a leftover socket file (only a socket, never another kind of file) so a restarted
+/// worker can bind the same path.
+fn remove_stale_socket(path: &std::path::Path) {
+    use std::os::unix::fs::FileTypeExt;
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// A serving worker: its address, idle reading, and stop.
+#[derive(Debug)]
+pub struct WorkerHandle {
+    address: String,
+    unix_path: Option<PathBuf>,
+    state: Arc<WorkerState>,
+    accepted: Arc<AtomicU64>,
+    server: tokio::sync::Mutex<Option<JoinHandle<Result<(), tonic::transport::Error>>>>,
+}
+
+impl WorkerHandle {
+    /// The dialable address: `127.0.0.1:40123`, `[::1]:40123` or `unix:/path/w.sock`.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Seconds continuously idle now (exactly `0.0` while anything is in flight), as the `idle`
+    /// RPC would answer.
+    pub fn idle_seconds(&self) -> f64 {
+        self.state.tracker.idle_seconds()
+    }
+
+    /// Number of dispatches in flight now.
+    pub fn in_flight(&self) -> u64 {
+        self.state.tracker.in_flight()
+    }
+
+    /// Transport connections accepted so far (TCP or Unix), counted before any TLS handshake.
+    pub fn accepted_connections(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Stops the worker as a `stop` RPC with this grace would; returns after the drain.
+    /// The server then shuts down; [`wait`](Self::wait) observes the end.
+    pub async fn stop(&self, grace: Grace) {
+        self.state.stop(grace).await;
+    }
+
+    /// Resolves once a stop has completed (by RPC or [`stop`](Self::stop)) and the server has
+    /// shut down. Connections that stay open longer than a few seconds after the stop are cut.
+    /// Calling it again after it returned returns `Ok(())` at once.
+    pub async fn wait(&self) -> Result<(), WorkerError> {
+        let Some(mut task) = self.server.lock().await.take() else {
+            return Ok(());
+        };
+        let result = tokio::select! {
+            joined = &mut task => joined,
+            _ = async {
+                self.state.shutdown.cancelled().await;
+                tokio::time::sleep(SHUTDOWN_LINGER).await;
+            } => {
+                task.abort();
+                tracing::warn!("connections still open {SHUTDOWN_LINGER:?} after stop; closing them");
+                return self.cleanup(Ok(()));
+            }
+        };
+        self.cleanup(result?.map_err(WorkerError::from))
+    }
+
+    fn cleanup(&self, result: Result<(), WorkerError>) -> Result<(), WorkerError> {
+        if let Some(path) = &self.unix_path {
+            remove_stale_socket(path);
+        }
+        result
+    }
+}
