@@ -7,7 +7,8 @@
 #
 # Idempotent: each venv gets a marker file once its install succeeded; a re-run with the
 # marker present does nothing. Needs python3 (with the venv module) and PyPI.
-# Environment: PYTHON (interpreter to use, default python3).
+# Environment: PYTHON (interpreter to use, default python3; must be >= 3.11).
+# Progress goes to stderr; stdout gets one line per venv: "wool VERSION: ready at DIR".
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,7 +21,7 @@ setup_one() {
     # The marker records what was installed; a change of the package list redoes the venv.
     local want="wool==$version $*"
     local marker="$dir/.libwool-ready"
-    if [[ -f "$marker" && "$(cat "$marker")" == "$want" && -x "$dir/bin/python" ]]; then
+    if is_ready "$version" "$@"; then
         echo "wool $version: ready at $dir"
         return 0
     fi
@@ -29,14 +30,38 @@ setup_one() {
     mkdir -p "$VENVS"
     "$PYTHON" -m venv "$dir"
     "$dir/bin/python" -m pip install --quiet --disable-pip-version-check \
-        --upgrade pip >&2 || true
-    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check \
         "wool==$version" "$@" >&2
     # Sanity: the generated stubs and the LocalWorker must import.
     "$dir/bin/python" -c 'import wool.protocol.wire_pb2, wool.protocol.wire_pb2_grpc; from wool.runtime.worker.local import LocalWorker' >&2
     printf '%s' "$want" > "$marker"
     echo "wool $version: ready at $dir"
 }
+
+is_ready() { # version extra-packages...
+    local version="$1"; shift
+    local dir="$VENVS/wool-$version"
+    [[ -f "$dir/.libwool-ready" && "$(cat "$dir/.libwool-ready")" == "wool==$version $*" \
+        && -x "$dir/bin/python" ]]
+}
+
+# Fast path: both present, nothing to do.
+if is_ready 0.15.7 pytest && is_ready 0.13.1; then
+    echo "wool 0.15.7: ready at $VENVS/wool-0.15.7"
+    echo "wool 0.13.1: ready at $VENVS/wool-0.13.1"
+    exit 0
+fi
+
+if ! "$PYTHON" -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    echo "setup-venvs: $PYTHON must be Python >= 3.11 with the venv module (wool needs 3.11)" >&2
+    exit 1
+fi
+
+# Serialize concurrent runs (e.g. several tests calling this at once).
+mkdir -p "$VENVS"
+exec 9>"$VENVS/.setup.lock"
+if command -v flock >/dev/null 2>&1; then
+    flock 9
+fi
 
 setup_one 0.15.7 pytest
 setup_one 0.13.1

@@ -7,5 +7,9 @@
 //! - [`ffi`]: the C ABI (`include/wool.h`).
 //! - [`protocol`]: the generated wire types.
 
+pub mod connection;
+pub mod ffi;
 pub mod protocol;
 pub mod worker;
+
+pub use connection::{Error, ErrorKind, WorkerConnection, WorkerCredentials};

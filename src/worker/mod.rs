@@ -34,8 +34,8 @@ use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 use crate::protocol::worker_server::WorkerServer;
+pub use crate::protocol::Grace;
 pub use routine::{Routine, RoutineFuture, RoutineRegistry};
-pub use service::Grace;
 use service::{WorkerService, WorkerState};
 
 /// Wool's channel default for message sizes: 100 MiB each way.

@@ -3,7 +3,6 @@
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -15,34 +14,8 @@ use super::idle::{InFlightGuard, InFlightTracker};
 use super::routine::{Routine, RoutineRegistry};
 use crate::protocol::{
     self, request::Payload as RequestPayload, response::Payload as ResponsePayload,
-    worker_server::Worker, Ack, Idle, Message, Nack, StopRequest, Void,
+    worker_server::Worker, Ack, Grace, Idle, Message, Nack, StopRequest, Void,
 };
-
-/// How long a stop lets in-flight dispatches run before cancelling them
-/// (Wool's `StopRequest.timeout`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Grace {
-    /// Cancel in-flight dispatches at once (wire value `0`).
-    None,
-    /// Let them run up to this long, then cancel the rest (positive wire value).
-    Within(Duration),
-    /// Wait for them however long they take (negative wire value).
-    Unbounded,
-}
-
-impl Grace {
-    /// Reads a grace period in seconds the way Wool's worker does: `0` (and NaN) = none,
-    /// positive = that long (too large to represent = unbounded), negative = unbounded.
-    pub fn from_seconds(seconds: f64) -> Self {
-        if seconds.is_nan() || seconds == 0.0 {
-            Grace::None
-        } else if seconds < 0.0 {
-            Grace::Unbounded
-        } else {
-            Duration::try_from_secs_f64(seconds).map_or(Grace::Unbounded, Grace::Within)
-        }
-    }
-}
 
 /// Everything a serving worker keeps: its routines, its in-flight set and idle clock, and the
 /// stop machinery. Shared by the gRPC service and the [`WorkerHandle`](super::WorkerHandle).
@@ -229,22 +202,5 @@ async fn drive(
             }
             _ = tx.closed() => return, // the caller went away
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn grace_follows_wools_stop_semantics() {
-        assert_eq!(Grace::from_seconds(0.0), Grace::None);
-        assert_eq!(Grace::from_seconds(f64::NAN), Grace::None);
-        assert_eq!(Grace::from_seconds(-1.0), Grace::Unbounded);
-        assert_eq!(Grace::from_seconds(f64::INFINITY), Grace::Unbounded);
-        assert_eq!(
-            Grace::from_seconds(1.5),
-            Grace::Within(Duration::from_millis(1500))
-        );
     }
 }

@@ -208,7 +208,7 @@ class Dispatch:
 
     async def start(self, within: float = 5.0) -> pb.Response:
         """Send the task; return the first response (ack or nack)."""
-        await self.call.write(pb.Request(task=self.ctx.codec.task(self.routine, self.args)))
+        await self.write(pb.Request(task=self.ctx.codec.task(self.routine, self.args)), "task")
         return await self.read("ack", within)
 
     async def expect_ack(self, within: float = 5.0) -> pb.Ack:
@@ -222,8 +222,19 @@ class Dispatch:
             raise Failed(f"expected ack, got {kind(first)}{detail}")
         return first.ack
 
+    async def write(self, request: pb.Request, what: str) -> None:
+        try:
+            await self.call.write(request)
+        except (grpc.RpcError, asyncio.InvalidStateError) as e:
+            status = await self._status() if self.call.done() else "still open"
+            raise Failed(f"could not send {what}: {type(e).__name__}: {e}; "
+                         f"stream status {status}") from None
+
+    async def send_next(self) -> None:
+        await self.write(pb.Request(next=pb.Void()), "next")
+
     async def next_result(self, within: float):
-        await self.call.write(pb.Request(next=pb.Void()))
+        await self.send_next()
         resp = await self.read("result", within)
         if resp is grpc.aio.EOF:
             raise Failed(f"stream ended instead of a result (status {await self._status()})")
@@ -292,6 +303,9 @@ class Ctx:
             return False
         except grpc.RpcError as e:
             self.fail(name, f"gRPC error: {describe_rpc_error(e)}")
+            return False
+        except Exception as e:
+            self.fail(name, f"unexpected {type(e).__name__}: {e}")
             return False
         self.ok(name, detail or "")
         return True
@@ -374,7 +388,7 @@ async def cmd_idle_zero_under_load(ctx: Ctx) -> None:
                 raise Failed(f"{len(bad)} of {n} dispatches not acked: {bad[0]}")
             # Ask each for its result now (a routine may only start on `next`).
             for c in calls:
-                await c.call.write(pb.Request(next=pb.Void()))
+                await c.send_next()
             return f"{n} dispatches acked (idle before load: {before!r})"
 
         if not await ctx.check("load-acked", acks()):
@@ -474,7 +488,7 @@ async def cmd_stop_drains(ctx: Ctx) -> None:
     try:
         async def inflight():
             await d.expect_ack()
-            await d.call.write(pb.Request(next=pb.Void()))
+            await d.send_next()
             return "sleep(1.0) acked"
 
         if not await ctx.check("drain-inflight", inflight()):

@@ -1,0 +1,147 @@
+//! Client credentials for TLS workers (Wool's `WorkerCredentials`).
+
+use std::path::Path;
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+
+use super::Error;
+
+/// How this client proves itself to and verifies a TLS worker: the CA the worker's certificate
+/// must chain to, for mutual TLS a client certificate and key, and optionally the name to verify
+/// the worker's certificate against instead of the dialed host.
+///
+/// PEM text is checked when the credentials are made, so a bad PEM fails here, not on the first
+/// call. Credentials are compared by content: connections with equal credentials share channels.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct WorkerCredentials {
+    ca_pem: Vec<u8>,
+    /// (certificate chain, private key) for mutual TLS.
+    client: Option<(Vec<u8>, Vec<u8>)>,
+    identity: Option<String>,
+}
+
+impl std::fmt::Debug for WorkerCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerCredentials")
+            .field("mutual", &self.client.is_some())
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerCredentials {
+    /// Credentials from PEM text.
+    ///
+    /// - `ca_pem`: one or more CA certificates.
+    /// - `key_pem`, `cert_pem`: the client's key and certificate chain; required when `mutual`,
+    ///   ignored otherwise (one-way TLS: the client only verifies the worker).
+    /// - `identity`: the subject-alternative name to verify the worker against; `None` or `""`
+    ///   means the dialed host.
+    ///
+    /// Errors: [`ErrorKind::InvalidArgument`](super::ErrorKind::InvalidArgument) when a PEM holds
+    /// no certificate or key, mutual TLS lacks the key or certificate, or `identity` is not a
+    /// valid DNS name or IP address.
+    pub fn from_pem(
+        ca_pem: &[u8],
+        key_pem: Option<&[u8]>,
+        cert_pem: Option<&[u8]>,
+        mutual: bool,
+        identity: Option<&str>,
+    ) -> Result<Self, Error> {
+        check_certificates("CA", ca_pem)?;
+        let client = if mutual {
+            let key =
+                key_pem.ok_or_else(|| Error::invalid_argument("mutual TLS needs a client key"))?;
+            let cert = cert_pem
+                .ok_or_else(|| Error::invalid_argument("mutual TLS needs a client certificate"))?;
+            check_certificates("client certificate", cert)?;
+            check_key(key)?;
+            Some((cert.to_vec(), key.to_vec()))
+        } else {
+            None
+        };
+        let identity = identity.filter(|name| !name.is_empty()).map(str::to_owned);
+        if let Some(name) = &identity {
+            rustls_pki_types::ServerName::try_from(name.as_str()).map_err(|_| {
+                Error::invalid_argument(format!(
+                    "identity {name:?} is not a DNS name or IP address"
+                ))
+            })?;
+        }
+        Ok(Self {
+            ca_pem: ca_pem.to_vec(),
+            client,
+            identity,
+        })
+    }
+
+    /// Credentials from PEM files; as [`from_pem`](Self::from_pem), plus an
+    /// [`ErrorKind::InvalidArgument`](super::ErrorKind::InvalidArgument) naming any file that
+    /// cannot be read. Matches Wool's `WorkerCredentials.from_files`.
+    pub fn from_files(
+        ca_path: &Path,
+        key_path: Option<&Path>,
+        cert_path: Option<&Path>,
+        mutual: bool,
+        identity: Option<&str>,
+    ) -> Result<Self, Error> {
+        let read = |path: &Path| {
+            std::fs::read(path).map_err(|e| {
+                Error::invalid_argument(format!("cannot read {}: {e}", path.display()))
+            })
+        };
+        let ca = read(ca_path)?;
+        let (key, cert) = if mutual {
+            (
+                key_path.map(read).transpose()?,
+                cert_path.map(read).transpose()?,
+            )
+        } else {
+            (None, None)
+        };
+        Self::from_pem(&ca, key.as_deref(), cert.as_deref(), mutual, identity)
+    }
+
+    /// Whether the client presents a certificate (mutual TLS).
+    pub fn is_mutual(&self) -> bool {
+        self.client.is_some()
+    }
+
+    /// The name the worker's certificate is verified against instead of the dialed host, if set.
+    pub fn identity(&self) -> Option<&str> {
+        self.identity.as_deref()
+    }
+
+    /// tonic's TLS configuration; `default_name` is the dialed host.
+    pub(crate) fn tls_config(&self, default_name: &str) -> ClientTlsConfig {
+        let config = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(&self.ca_pem))
+            .domain_name(self.identity.as_deref().unwrap_or(default_name));
+        match &self.client {
+            Some((cert, key)) => config.identity(Identity::from_pem(cert, key)),
+            None => config,
+        }
+    }
+}
+
+fn check_certificates(what: &str, pem: &[u8]) -> Result<(), Error> {
+    let mut count = 0;
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        cert.map_err(|e| Error::invalid_argument(format!("{what} PEM is malformed: {e}")))?;
+        count += 1;
+    }
+    if count == 0 {
+        return Err(Error::invalid_argument(format!(
+            "{what} PEM holds no certificate"
+        )));
+    }
+    Ok(())
+}
+
+fn check_key(pem: &[u8]) -> Result<(), Error> {
+    PrivateKeyDer::from_pem_slice(pem).map(drop).map_err(|e| {
+        Error::invalid_argument(format!("client key PEM holds no usable private key: {e}"))
+    })
+}

@@ -1,0 +1,314 @@
+//! `WorkerConnection`: the direct single-worker client, like Wool's `WorkerConnection`.
+//!
+//! Constructing a connection does no I/O. The first call takes a share of the pooled HTTP/2
+//! channel for its (target, credentials, options); a worker that cannot be reached shows up
+//! then, as [`ErrorKind::Transient`]. Calls are never refused locally: when more calls are
+//! started than the worker accepts streams, they queue on the channel.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), wool::connection::Error> {
+//! use std::time::Duration;
+//! use wool::connection::WorkerConnection;
+//! use wool::protocol::Grace;
+//! let worker = WorkerConnection::new("127.0.0.1:50051")?;
+//! let idle = worker.idle(Some(Duration::from_secs(2))).await?;
+//! if idle > 300.0 {
+//!     worker.stop(Grace::Within(Duration::from_secs(10)), None).await?;
+//! }
+//! # Ok(()) }
+//! ```
+
+mod credentials;
+mod error;
+mod pool;
+mod target;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use once_cell::sync::OnceCell;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+pub use credentials::WorkerCredentials;
+use error::Call;
+pub use error::{Error, ErrorKind};
+pub use pool::{pooled_channels, UNUSED_CHANNEL_TTL};
+use pool::{ChannelLease, PoolKey};
+pub use target::Target;
+
+use crate::protocol::{
+    request::Payload as RequestPayload, response::Payload as ResponsePayload,
+    worker_client::WorkerClient, Grace, Request, StopRequest, Task, Void, PROTOCOL_VERSION,
+};
+
+/// HTTP/2 channel settings; part of the pool key. Defaults are Wool's channel defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ChannelOptions {
+    /// Largest message sent or received, in bytes (Wool: 100 MiB).
+    pub max_message_bytes: usize,
+    /// Interval between HTTP/2 keepalive pings while calls are open (Wool: 30 s).
+    pub keepalive_time: Duration,
+    /// How long to wait for a ping's answer before closing the connection (Wool: 30 s).
+    pub keepalive_timeout: Duration,
+    /// Limit on establishing the transport connection; `None` = only the call's deadline.
+    pub connect_timeout: Option<Duration>,
+}
+
+impl Default for ChannelOptions {
+    fn default() -> Self {
+        Self {
+            max_message_bytes: crate::worker::MAX_MESSAGE_BYTES,
+            keepalive_time: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(30),
+            connect_timeout: None,
+        }
+    }
+}
+
+/// Turns a timeout in seconds (as C, Go and Python hosts pass it) into a call deadline:
+/// positive finite → that long; `+∞` → no deadline (`None`).
+///
+/// Errors: [`ErrorKind::InvalidArgument`] for 0, negative or NaN.
+pub fn timeout_from_seconds(seconds: f64) -> Result<Option<Duration>, Error> {
+    if seconds.is_nan() || seconds <= 0.0 {
+        return Err(Error::invalid_argument(format!(
+            "timeout must be positive seconds or infinity, got {seconds}"
+        )));
+    }
+    if seconds == f64::INFINITY {
+        return Ok(None);
+    }
+    Duration::try_from_secs_f64(seconds).map(Some).map_err(|_| {
+        Error::invalid_argument(format!("timeout of {seconds} s is too large; use infinity"))
+    })
+}
+
+/// A client for one worker (Wool's `WorkerConnection`): `idle`, `stop`, `dispatch`.
+///
+/// Cheap to create and to share across tasks (`&self` methods, `Send + Sync`). Connections with
+/// equal target, credentials and options share one pooled channel, so 1,000 connections to one
+/// worker open one TCP connection.
+#[derive(Debug)]
+pub struct WorkerConnection {
+    key: Arc<PoolKey>,
+    lease: OnceCell<ChannelLease>,
+}
+
+impl WorkerConnection {
+    /// A plaintext connection to `target` (any form [`Target::parse`] accepts). No I/O.
+    ///
+    /// Errors: [`ErrorKind::InvalidArgument`] for a malformed target.
+    pub fn new(target: &str) -> Result<Self, Error> {
+        Self::with_options(target, None, ChannelOptions::default())
+    }
+
+    /// A connection over TLS when `credentials` is given, plaintext otherwise. No I/O.
+    pub fn with_credentials(
+        target: &str,
+        credentials: Option<WorkerCredentials>,
+    ) -> Result<Self, Error> {
+        Self::with_options(target, credentials, ChannelOptions::default())
+    }
+
+    /// A connection with explicit channel options. No I/O.
+    pub fn with_options(
+        target: &str,
+        credentials: Option<WorkerCredentials>,
+        options: ChannelOptions,
+    ) -> Result<Self, Error> {
+        let target = Target::parse(target)?;
+        Ok(Self {
+            key: Arc::new(PoolKey {
+                target,
+                credentials,
+                options,
+            }),
+            lease: OnceCell::new(),
+        })
+    }
+
+    /// The parsed target.
+    pub fn target(&self) -> &Target {
+        &self.key.target
+    }
+
+    fn client(&self) -> Result<WorkerClient<tonic::transport::Channel>, Error> {
+        let lease = self
+            .lease
+            .get_or_try_init(|| ChannelLease::acquire(&self.key))?;
+        let limit = self.key.options.max_message_bytes;
+        Ok(WorkerClient::new(lease.channel().clone())
+            .max_decoding_message_size(limit)
+            .max_encoding_message_size(limit))
+    }
+
+    /// Seconds the worker has been continuously idle (`0.0` while it has work in flight).
+    /// Matches Wool's `WorkerConnection.idle`.
+    ///
+    /// `timeout`: the call deadline; `None` waits as long as it takes.
+    ///
+    /// Errors: [`ErrorKind::IdleUnavailable`] when the worker predates the `idle` RPC,
+    /// [`ErrorKind::Transient`] when it cannot be reached or the deadline passes,
+    /// [`ErrorKind::Handshake`] on TLS failures, [`ErrorKind::Rpc`] otherwise.
+    pub async fn idle(&self, timeout: Option<Duration>) -> Result<f64, Error> {
+        let mut client = self.client()?;
+        let answer =
+            with_deadline(Call::Idle, timeout, client.idle(request(Void {}, timeout))).await?;
+        Ok(answer.into_inner().seconds)
+    }
+
+    /// Stops (retires) the worker with `grace` for its in-flight work; returns once the worker
+    /// has answered, after its drain. Matches Wool's `WorkerConnection.stop`.
+    ///
+    /// `timeout` is this call's own deadline, separate from `grace`: to see the answer it must
+    /// exceed the grace (`None` waits as long as it takes).
+    ///
+    /// Errors: as [`idle`](Self::idle), except that `UNIMPLEMENTED` is an [`ErrorKind::Rpc`].
+    pub async fn stop(&self, grace: Grace, timeout: Option<Duration>) -> Result<(), Error> {
+        let mut client = self.client()?;
+        let stop = StopRequest {
+            timeout: grace.to_wire(),
+        };
+        with_deadline(Call::Stop, timeout, client.stop(request(stop, timeout))).await?;
+        Ok(())
+    }
+
+    /// Runs the routine `routine` on `args` on a worker built with this library and returns its
+    /// output bytes (one task: `ack`, `next`, `result`).
+    ///
+    /// Errors: [`ErrorKind::Routine`] when the worker refuses the task (`nack`, e.g. an unknown
+    /// routine) or the routine fails (`exception`, message = the routine's error); otherwise as
+    /// [`idle`](Self::idle) (a stopping worker refuses with a [`ErrorKind::Transient`]).
+    pub async fn dispatch(
+        &self,
+        routine: &str,
+        args: Vec<u8>,
+        timeout: Option<Duration>,
+    ) -> Result<Vec<u8>, Error> {
+        let mut client = self.client()?;
+        let (requests, outbound) = mpsc::channel(2);
+        let task = Task {
+            version: PROTOCOL_VERSION.to_string(),
+            id: next_task_id(),
+            callable: routine.as_bytes().to_vec(),
+            args,
+            ..Task::default()
+        };
+        let _ = requests.try_send(payload(RequestPayload::Task(task)));
+        let exchange = async move {
+            let mut responses = client
+                .dispatch(request(ReceiverStream::new(outbound), timeout))
+                .await?
+                .into_inner();
+            match responses.message().await?.and_then(|r| r.payload) {
+                Some(ResponsePayload::Ack(_)) => {}
+                Some(ResponsePayload::Nack(nack)) => {
+                    let why = nack.exception.map(|m| m.dump).unwrap_or_default();
+                    return Ok(Err(routine_error("task refused", &why)));
+                }
+                other => return Ok(Err(protocol_violation("ack or nack", other))),
+            }
+            let _ = requests.send(payload(RequestPayload::Next(Void {}))).await;
+            let outcome = match responses.message().await?.and_then(|r| r.payload) {
+                Some(ResponsePayload::Result(result)) => Ok(result.dump),
+                Some(ResponsePayload::Exception(exception)) => {
+                    Err(routine_error("routine failed", &exception.dump))
+                }
+                other => Err(protocol_violation("result or exception", other)),
+            };
+            drop(requests);
+            Ok(outcome)
+        };
+        with_deadline(Call::Dispatch, timeout, exchange).await?
+    }
+
+    /// Releases this connection's share of its pooled channel (as dropping it does).
+    pub fn close(self) {}
+}
+
+fn payload(payload: RequestPayload) -> Request {
+    Request {
+        payload: Some(payload),
+        context: None,
+    }
+}
+
+fn request<T>(message: T, timeout: Option<Duration>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(timeout) = timeout {
+        request.set_timeout(timeout); // tells the worker (grpc-timeout); enforced locally too
+    }
+    request
+}
+
+/// Runs a call with the local deadline and sorts a failure into its [`ErrorKind`].
+async fn with_deadline<T>(
+    call: Call,
+    timeout: Option<Duration>,
+    future: impl Future<Output = Result<T, tonic::Status>>,
+) -> Result<T, Error> {
+    let result = match timeout {
+        Some(limit) => tokio::time::timeout(limit, future)
+            .await
+            .map_err(|_| Error::deadline_exceeded(limit))?,
+        None => future.await,
+    };
+    result.map_err(|status| Error::from_status(call, &status))
+}
+
+fn routine_error(what: &str, dump: &[u8]) -> Error {
+    Error::new(
+        ErrorKind::Routine,
+        None,
+        format!("{what}: {}", String::from_utf8_lossy(dump)),
+    )
+}
+
+fn protocol_violation(expected: &str, got: Option<ResponsePayload>) -> Error {
+    let got = match got {
+        None => "end of stream".to_string(),
+        Some(payload) => format!("{payload:?}"),
+    };
+    Error::new(
+        ErrorKind::Rpc,
+        Some(tonic::Code::Internal),
+        format!("dispatch protocol violation: expected {expected}, got {got}"),
+    )
+}
+
+fn next_task_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_in_seconds_follow_the_c_contract() {
+        assert_eq!(
+            timeout_from_seconds(1.5).unwrap(),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(timeout_from_seconds(f64::INFINITY).unwrap(), None);
+        for bad in [0.0, -0.0, -1.0, f64::NAN, f64::NEG_INFINITY] {
+            assert_eq!(
+                timeout_from_seconds(bad).unwrap_err().kind(),
+                ErrorKind::InvalidArgument,
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            timeout_from_seconds(1e300).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+    }
+}

@@ -1,0 +1,1 @@
+//! The C ABI (see `include/wool.h` and shared/design/C-API.md). Being written.
