@@ -125,9 +125,20 @@ impl Error {
     /// Sorts a failed call's status into a kind, as Wool's client does.
     pub(crate) fn from_status(call: Call, status: &tonic::Status) -> Self {
         let message = describe(status);
-        let code = status.code();
+        let code = transport_code(status.code(), &message);
         let kind = classify(call, code, &message);
         Self::new(kind, Some(code), message)
+    }
+}
+
+/// tonic reports a connection that broke under a call (closed, reset, broken pipe) as
+/// `CANCELLED` or `UNKNOWN` with a transport error; gRPC's C core — and so Wool's client —
+/// reports it as `UNAVAILABLE`. Use the latter, so callers see one code for one cause.
+fn transport_code(code: Code, text: &str) -> Code {
+    let broken_transport = text.contains("transport error") || text.contains("connection error");
+    match code {
+        Code::Cancelled | Code::Unknown if broken_transport => Code::Unavailable,
+        other => other,
     }
 }
 
@@ -206,5 +217,16 @@ mod tests {
         );
         assert_eq!(kind(Call::Idle, Code::Internal, "boom"), ErrorKind::Rpc);
         assert_eq!(kind(Call::Dispatch, Code::NotFound, ""), ErrorKind::Rpc);
+        let broken = Error::from_status(
+            Call::Idle,
+            &tonic::Status::new(
+                Code::Cancelled,
+                "operation was canceled: transport error: connection closed",
+            ),
+        );
+        assert_eq!(
+            (broken.kind(), broken.code()),
+            (ErrorKind::Transient, Some(Code::Unavailable))
+        );
     }
 }

@@ -54,6 +54,9 @@ pub struct ChannelOptions {
     pub keepalive_timeout: Duration,
     /// Limit on establishing the transport connection; `None` = only the call's deadline.
     pub connect_timeout: Option<Duration>,
+    /// Most calls open at once on the channel (Wool: 100 concurrent streams). More calls wait
+    /// their turn in the channel instead of failing: a worker refuses streams beyond its limit.
+    pub max_concurrent_calls: usize,
 }
 
 impl Default for ChannelOptions {
@@ -63,6 +66,7 @@ impl Default for ChannelOptions {
             keepalive_time: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(30),
             connect_timeout: None,
+            max_concurrent_calls: 100,
         }
     }
 }
@@ -147,12 +151,14 @@ impl WorkerConnection {
     /// Seconds the worker has been continuously idle (`0.0` while it has work in flight).
     /// Matches Wool's `WorkerConnection.idle`.
     ///
-    /// `timeout`: the call deadline; `None` waits as long as it takes.
+    /// `timeout`: the call deadline (zero is an [`ErrorKind::InvalidArgument`]); `None` waits as
+    /// long as it takes.
     ///
     /// Errors: [`ErrorKind::IdleUnavailable`] when the worker predates the `idle` RPC,
     /// [`ErrorKind::Transient`] when it cannot be reached or the deadline passes,
     /// [`ErrorKind::Handshake`] on TLS failures, [`ErrorKind::Rpc`] otherwise.
     pub async fn idle(&self, timeout: Option<Duration>) -> Result<f64, Error> {
+        check_timeout(timeout)?;
         let mut client = self.client()?;
         let answer =
             with_deadline(Call::Idle, timeout, client.idle(request(Void {}, timeout))).await?;
@@ -167,6 +173,7 @@ impl WorkerConnection {
     ///
     /// Errors: as [`idle`](Self::idle), except that `UNIMPLEMENTED` is an [`ErrorKind::Rpc`].
     pub async fn stop(&self, grace: Grace, timeout: Option<Duration>) -> Result<(), Error> {
+        check_timeout(timeout)?;
         let mut client = self.client()?;
         let stop = StopRequest {
             timeout: grace.to_wire(),
@@ -241,6 +248,14 @@ fn request<T>(message: T, timeout: Option<Duration>) -> tonic::Request<T> {
         request.set_timeout(timeout); // tells the worker (grpc-timeout); enforced locally too
     }
     request
+}
+
+/// A zero deadline can never be met: the caller's mistake, not a network failure.
+fn check_timeout(timeout: Option<Duration>) -> Result<(), Error> {
+    match timeout {
+        Some(Duration::ZERO) => Err(Error::invalid_argument("timeout must be positive")),
+        _ => Ok(()),
+    }
 }
 
 /// Runs a call with the local deadline and sorts a failure into its [`ErrorKind`].

@@ -126,7 +126,8 @@ fn open_channel(key: &PoolKey) -> Result<Channel, Error> {
         .tcp_nodelay(true)
         .http2_keep_alive_interval(options.keepalive_time)
         .keep_alive_timeout(options.keepalive_timeout)
-        .keep_alive_while_idle(false);
+        .keep_alive_while_idle(false)
+        .concurrency_limit(options.max_concurrent_calls.max(1));
     if let Some(connect_timeout) = options.connect_timeout {
         endpoint = endpoint.connect_timeout(connect_timeout);
     }

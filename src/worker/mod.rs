@@ -41,6 +41,10 @@ use service::{WorkerService, WorkerState};
 /// Wool's channel default for message sizes: 100 MiB each way.
 pub const MAX_MESSAGE_BYTES: usize = 100 * 1024 * 1024;
 
+/// Streams one client connection may have open at once. Generous, so that bursts of polls from
+/// clients that do not throttle themselves are served rather than refused.
+pub const MAX_CONCURRENT_STREAMS: u32 = 1024;
+
 /// How long a stopped worker waits for its connections to close before it ends anyway.
 const SHUTDOWN_LINGER: Duration = Duration::from_secs(5);
 
@@ -207,6 +211,7 @@ impl WorkerBuilder {
         let accepted = Arc::new(AtomicU64::new(0));
         let mut server = Server::builder()
             .tcp_nodelay(true)
+            .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(30)));
         if let Some(credentials) = &self.credentials {

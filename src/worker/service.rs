@@ -172,7 +172,7 @@ async fn drive(
     let mut next_wanted = false;
     let mut inbound_open = true;
     loop {
-        if let (true, Some(result)) = (next_wanted, outcome.take()) {
+        if let Some(result) = outcome.take_if(|_| next_wanted) {
             let payload = match result {
                 Ok(output) => ResponsePayload::Result(message(output)),
                 Err(error) => ResponsePayload::Exception(message(error)),

@@ -1,0 +1,187 @@
+//! Shared test fixtures: throwaway PKI (rcgen) and real `wool-worker` processes.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
+};
+
+/// A certificate and its private key, as PEM, and where they were written.
+#[derive(Debug, Clone)]
+pub struct Leaf {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub cert_path: PathBuf,
+    pub key_path: PathBuf,
+}
+
+/// Throwaway PKI in a temporary directory (removed on drop): a CA; a worker certificate valid
+/// for server and client authentication with SANs `127.0.0.1` and `localhost`; an unrelated
+/// second CA with its own leaf of the same shape.
+pub struct Pki {
+    pub dir: tempfile::TempDir,
+    pub ca_pem: String,
+    pub ca_path: PathBuf,
+    pub leaf: Leaf,
+    pub other_ca_pem: String,
+    pub other_ca_path: PathBuf,
+    pub other_leaf: Leaf,
+}
+
+fn new_ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
+}
+
+fn new_leaf(ca: &CertifiedIssuer<'static, KeyPair>, dir: &Path, stem: &str) -> Leaf {
+    let mut params =
+        CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "wool-test-worker");
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    params.use_authority_key_identifier_extension = true;
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, ca).unwrap();
+    let leaf = Leaf {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+        cert_path: dir.join(format!("{stem}-cert.pem")),
+        key_path: dir.join(format!("{stem}-key.pem")),
+    };
+    std::fs::write(&leaf.cert_path, &leaf.cert_pem).unwrap();
+    std::fs::write(&leaf.key_path, &leaf.key_pem).unwrap();
+    leaf
+}
+
+impl Pki {
+    pub fn generate() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = new_ca("wool-test-ca");
+        let other = new_ca("unrelated-ca");
+        let ca_path = dir.path().join("ca.pem");
+        let other_ca_path = dir.path().join("other-ca.pem");
+        std::fs::write(&ca_path, ca.pem()).unwrap();
+        std::fs::write(&other_ca_path, other.pem()).unwrap();
+        let leaf = new_leaf(&ca, dir.path(), "worker");
+        let other_leaf = new_leaf(&other, dir.path(), "other");
+        Self {
+            ca_pem: ca.pem(),
+            ca_path,
+            leaf,
+            other_ca_pem: other.pem(),
+            other_ca_path,
+            other_leaf,
+            dir,
+        }
+    }
+
+    /// `wool-worker` flags for mutual TLS with this PKI.
+    pub fn mutual_args(&self) -> Vec<String> {
+        vec![
+            "--tls-ca".into(),
+            self.ca_path.display().to_string(),
+            "--tls-cert".into(),
+            self.leaf.cert_path.display().to_string(),
+            "--tls-key".into(),
+            self.leaf.key_path.display().to_string(),
+        ]
+    }
+
+    /// `wool-worker` flags for one-way TLS with this PKI.
+    pub fn one_way_args(&self) -> Vec<String> {
+        let mut args = self.mutual_args();
+        args.push("--one-way".into());
+        args
+    }
+}
+
+/// A running `wool-worker` process; killed on drop if still running.
+pub struct WorkerProcess {
+    pub child: Child,
+    pub address: String,
+    pub started: Instant,
+}
+
+pub fn wool_worker_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_wool-worker"))
+}
+
+impl WorkerProcess {
+    /// Starts `wool-worker` with `args` and reads its address from the first stdout line.
+    pub fn spawn(args: &[String]) -> Self {
+        let started = Instant::now();
+        let mut child = Command::new(wool_worker_bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn wool-worker");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let address = line.trim().to_string();
+        assert!(!address.is_empty(), "wool-worker printed no address");
+        Self {
+            child,
+            address,
+            started,
+        }
+    }
+
+    pub fn plaintext() -> Self {
+        Self::spawn(&[])
+    }
+
+    /// Waits up to `limit` for the process to exit; its exit code, or `None` if still running.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status.code().unwrap_or(-1));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A free TCP port on 127.0.0.1 with nothing listening on it (bound, then released).
+pub fn unused_local_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    address
+}

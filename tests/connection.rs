@@ -1,0 +1,499 @@
+//! WorkerConnection against real workers over real sockets (issue 2).
+//! Each test says what it arranges (Given), does (When) and expects (Then).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{unused_local_address, Pki};
+use wool::connection::{ErrorKind, WorkerConnection, WorkerCredentials};
+use wool::protocol::Grace;
+use wool::worker::{RoutineRegistry, ServerCredentials, Worker, WorkerHandle};
+
+const SECOND: Option<Duration> = Some(Duration::from_secs(5));
+
+async fn reference_worker() -> WorkerHandle {
+    Worker::builder()
+        .routines(RoutineRegistry::default().with_reference_routines())
+        .serve()
+        .await
+        .expect("worker serves")
+}
+
+async fn tls_worker(credentials: ServerCredentials) -> WorkerHandle {
+    Worker::builder()
+        .credentials(credentials)
+        .routines(RoutineRegistry::default().with_reference_routines())
+        .serve()
+        .await
+        .expect("TLS worker serves")
+}
+
+/// Polls twice, 100 ms apart; asserts the reading accrues from start-up.
+async fn assert_idle_accrues(conn: &WorkerConnection, started: Instant) {
+    let first = conn.idle(SECOND).await.expect("first idle poll");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = conn.idle(SECOND).await.expect("second idle poll");
+    assert!(first >= 0.0, "{first}");
+    assert!(
+        second >= first + 0.09,
+        "idle must accrue: {first} then {second}"
+    );
+    assert!(
+        second <= started.elapsed().as_secs_f64(),
+        "idle counts from start-up at the earliest"
+    );
+}
+
+/// Spawns `n` `sleep` dispatches of `seconds` and waits until the worker counts them in flight.
+async fn start_sleepers(
+    worker: &WorkerHandle,
+    n: usize,
+    seconds: &str,
+) -> Vec<tokio::task::JoinHandle<Result<Vec<u8>, wool::Error>>> {
+    let conn = Arc::new(WorkerConnection::new(worker.address()).unwrap());
+    let tasks = (0..n)
+        .map(|_| {
+            let conn = Arc::clone(&conn);
+            let args = seconds.as_bytes().to_vec();
+            tokio::spawn(async move { conn.dispatch("sleep", args, None).await })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while worker.in_flight() < n as u64 {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {n} in flight",
+            worker.in_flight()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tasks
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_plaintext_worker_when_polled_then_idle_accrues_from_startup() {
+    let started = Instant::now();
+    let worker = reference_worker().await;
+    let conn = WorkerConnection::new(worker.address()).unwrap();
+    assert_idle_accrues(&conn, started).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_mutual_tls_worker_when_polled_with_client_cert_then_idle_accrues() {
+    let pki = Pki::generate();
+    let started = Instant::now();
+    let worker = tls_worker(ServerCredentials::mutual(
+        pki.ca_pem.clone(),
+        pki.leaf.cert_pem.clone(),
+        pki.leaf.key_pem.clone(),
+    ))
+    .await;
+    let credentials = WorkerCredentials::from_pem(
+        pki.ca_pem.as_bytes(),
+        Some(pki.leaf.key_pem.as_bytes()),
+        Some(pki.leaf.cert_pem.as_bytes()),
+        true,
+        None,
+    )
+    .unwrap();
+    // Dialing the IP address: verified against the certificate's IP SAN 127.0.0.1.
+    let conn = WorkerConnection::with_credentials(worker.address(), Some(credentials)).unwrap();
+    assert_idle_accrues(&conn, started).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_one_way_tls_worker_when_polled_without_client_cert_then_idle_accrues() {
+    let pki = Pki::generate();
+    let started = Instant::now();
+    let worker = tls_worker(ServerCredentials::one_way(
+        pki.leaf.cert_pem.clone(),
+        pki.leaf.key_pem.clone(),
+    ))
+    .await;
+    let credentials =
+        WorkerCredentials::from_pem(pki.ca_pem.as_bytes(), None, None, false, None).unwrap();
+    let conn = WorkerConnection::with_credentials(worker.address(), Some(credentials)).unwrap();
+    assert_idle_accrues(&conn, started).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_identity_override_when_dialing_by_ip_then_name_is_verified_instead() {
+    let pki = Pki::generate();
+    let worker = tls_worker(ServerCredentials::one_way(
+        pki.leaf.cert_pem.clone(),
+        pki.leaf.key_pem.clone(),
+    ))
+    .await;
+    let port = worker.address().rsplit_once(':').unwrap().1;
+    let good =
+        WorkerCredentials::from_pem(pki.ca_pem.as_bytes(), None, None, false, Some("localhost"))
+            .unwrap();
+    let conn =
+        WorkerConnection::with_credentials(&format!("127.0.0.1:{port}"), Some(good)).unwrap();
+    conn.idle(SECOND)
+        .await
+        .expect("localhost is a SAN of the worker certificate");
+    let bad = WorkerCredentials::from_pem(
+        pki.ca_pem.as_bytes(),
+        None,
+        None,
+        false,
+        Some("elsewhere.example"),
+    )
+    .unwrap();
+    let conn = WorkerConnection::with_credentials(&format!("127.0.0.1:{port}"), Some(bad)).unwrap();
+    let error = conn.idle(SECOND).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Handshake, "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_one_task_in_flight_when_polled_then_idle_is_exactly_zero() {
+    let worker = reference_worker().await;
+    let conn = WorkerConnection::new(worker.address()).unwrap();
+    let tasks = start_sleepers(&worker, 1, "0.5").await;
+    for _ in 0..3 {
+        assert_eq!(conn.idle(SECOND).await.unwrap(), 0.0);
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap().unwrap(), b"0.5");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_100_tasks_in_flight_when_polled_then_zero_and_after_drain_counts_from_drain() {
+    let worker = reference_worker().await;
+    let conn = WorkerConnection::new(worker.address()).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await; // idle accrues before the work
+    let tasks = start_sleepers(&worker, 100, "0.4").await;
+    assert_eq!(conn.idle(SECOND).await.unwrap(), 0.0);
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    let after = conn.idle(SECOND).await.unwrap();
+    assert!(
+        after > 0.0 && after < 0.25,
+        "idle restarts at the drain, not at start-up: {after}"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(conn.idle(SECOND).await.unwrap() > after);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_caller_cancels_mid_task_then_in_flight_entry_is_released() {
+    let worker = reference_worker().await;
+    let conn = WorkerConnection::new(worker.address()).unwrap();
+    // The caller's deadline expires while the routine sleeps: the stream is reset.
+    let error = conn
+        .dispatch("sleep", b"30".to_vec(), Some(Duration::from_millis(200)))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Transient, "{error}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while worker.in_flight() > 0 {
+        assert!(Instant::now() < deadline, "in-flight entry never released");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(
+        conn.idle(SECOND).await.unwrap() > 0.0,
+        "idle must not stay stuck at 0"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_long_task_when_stopped_with_grace_zero_then_cancelled_at_once() {
+    let worker = reference_worker().await;
+    let conn = WorkerConnection::new(worker.address()).unwrap();
+    let tasks = start_sleepers(&worker, 1, "30").await;
+    let begun = Instant::now();
+    conn.stop(Grace::None, SECOND).await.unwrap();
+    assert!(
+        begun.elapsed() < Duration::from_secs(3),
+        "grace 0 cancels at once: {:?}",
+        begun.elapsed()
+    );
+    let outcome = tasks.into_iter().next().unwrap().await.unwrap();
+    let error = outcome.expect_err("the cancelled task reports an error");
+    assert!(error.message().contains("cancelled"), "{error}");
+    tokio::time::timeout(Duration::from_secs(10), worker.wait())
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_short_task_when_stopped_with_longer_grace_then_caller_gets_result() {
+    let worker = reference_worker().await;
+    let conn = WorkerConnection::new(worker.address()).unwrap();
+    let tasks = start_sleepers(&worker, 1, "0.3").await;
+    conn.stop(
+        Grace::Within(Duration::from_secs(5)),
+        Some(Duration::from_secs(10)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        tasks.into_iter().next().unwrap().await.unwrap().unwrap(),
+        b"0.3"
+    );
+    tokio::time::timeout(Duration::from_secs(10), worker.wait())
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_task_longer_than_grace_when_stopped_then_cancelled_after_grace() {
+    let worker = reference_worker().await;
+    let conn = WorkerConnection::new(worker.address()).unwrap();
+    let tasks = start_sleepers(&worker, 1, "30").await;
+    let begun = Instant::now();
+    conn.stop(Grace::Within(Duration::from_millis(300)), SECOND)
+        .await
+        .unwrap();
+    let waited = begun.elapsed();
+    assert!(
+        waited >= Duration::from_millis(290) && waited < Duration::from_secs(4),
+        "{waited:?}"
+    );
+    assert!(tasks.into_iter().next().unwrap().await.unwrap().is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_negative_grace_when_stopped_then_waits_for_the_task() {
+    let worker = reference_worker().await;
+    let conn = WorkerConnection::new(worker.address()).unwrap();
+    let tasks = start_sleepers(&worker, 1, "0.6").await;
+    let begun = Instant::now();
+    conn.stop(Grace::Unbounded, None).await.unwrap();
+    assert!(
+        begun.elapsed() >= Duration::from_millis(400),
+        "stop answered before the drain"
+    );
+    assert_eq!(
+        tasks.into_iter().next().unwrap().await.unwrap().unwrap(),
+        b"0.6"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_stop_has_begun_when_dispatching_then_transient_shutting_down() {
+    let worker = reference_worker().await;
+    let conn = Arc::new(WorkerConnection::new(worker.address()).unwrap());
+    let tasks = start_sleepers(&worker, 1, "1.0").await;
+    let stopper = {
+        let conn = Arc::clone(&conn);
+        tokio::spawn(async move { conn.stop(Grace::Unbounded, None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await; // the stop is draining now
+    let error = conn
+        .dispatch("echo", b"late".to_vec(), SECOND)
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Transient, "{error}");
+    assert_eq!(error.code(), Some(tonic::Code::Unavailable));
+    assert!(error.message().contains("shutting down"), "{error}");
+    // A second stop is harmless and also answers after the drain.
+    conn.stop(Grace::Unbounded, SECOND).await.unwrap();
+    stopper.await.unwrap().unwrap();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_polled_worker_when_stopped_then_it_is_unreachable_and_transient() {
+    let worker = reference_worker().await;
+    let conn = WorkerConnection::new(worker.address()).unwrap();
+    conn.idle(SECOND).await.unwrap();
+    conn.stop(Grace::None, SECOND).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), worker.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let error = conn.idle(SECOND).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Transient, "{error}");
+    assert_eq!(error.code(), Some(tonic::Code::Unavailable));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_1000_connections_to_one_target_then_one_tcp_connection() {
+    let worker = reference_worker().await;
+    let conns: Vec<_> = (0..1000)
+        .map(|_| WorkerConnection::new(worker.address()).unwrap())
+        .collect();
+    for conn in &conns {
+        conn.idle(SECOND).await.unwrap();
+    }
+    assert_eq!(worker.accepted_connections(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_wrong_ca_when_polled_then_handshake() {
+    let pki = Pki::generate();
+    let worker = tls_worker(ServerCredentials::mutual(
+        pki.ca_pem.clone(),
+        pki.leaf.cert_pem.clone(),
+        pki.leaf.key_pem.clone(),
+    ))
+    .await;
+    let credentials = WorkerCredentials::from_pem(
+        pki.other_ca_pem.as_bytes(),
+        Some(pki.leaf.key_pem.as_bytes()),
+        Some(pki.leaf.cert_pem.as_bytes()),
+        true,
+        None,
+    )
+    .unwrap();
+    let conn = WorkerConnection::with_credentials(worker.address(), Some(credentials)).unwrap();
+    let error = conn.idle(SECOND).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Handshake, "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_client_cert_from_unrelated_ca_when_polling_mutual_tls_worker_then_never_success() {
+    let pki = Pki::generate();
+    let worker = tls_worker(ServerCredentials::mutual(
+        pki.ca_pem.clone(),
+        pki.leaf.cert_pem.clone(),
+        pki.leaf.key_pem.clone(),
+    ))
+    .await;
+    let credentials = WorkerCredentials::from_pem(
+        pki.ca_pem.as_bytes(),
+        Some(pki.other_leaf.key_pem.as_bytes()),
+        Some(pki.other_leaf.cert_pem.as_bytes()),
+        true,
+        None,
+    )
+    .unwrap();
+    let conn = WorkerConnection::with_credentials(worker.address(), Some(credentials)).unwrap();
+    let error = conn.idle(SECOND).await.unwrap_err();
+    assert!(
+        matches!(error.kind(), ErrorKind::Handshake | ErrorKind::Transient),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_nothing_listening_when_polled_then_transient_unavailable() {
+    let conn = WorkerConnection::new(&unused_local_address()).unwrap();
+    let error = conn.idle(SECOND).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Transient, "{error}");
+    assert_eq!(error.code(), Some(tonic::Code::Unavailable));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_bad_input_then_invalid_argument_before_any_io() {
+    for target in ["", "no-port", "localhost:99999", "http://x:1", "unix:"] {
+        let error = WorkerConnection::new(target).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{target}");
+        assert_eq!(error.code(), None);
+    }
+    let conn = WorkerConnection::new(&unused_local_address()).unwrap();
+    let error = conn.idle(Some(Duration::ZERO)).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidArgument);
+    let error = conn
+        .stop(Grace::None, Some(Duration::ZERO))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidArgument);
+    for seconds in [0.0, -1.0, f64::NAN] {
+        assert_eq!(
+            wool::connection::timeout_from_seconds(seconds)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::InvalidArgument
+        );
+    }
+    let garbage = WorkerCredentials::from_pem(b"not a pem", None, None, false, None).unwrap_err();
+    assert_eq!(garbage.kind(), ErrorKind::InvalidArgument);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_unknown_routine_when_dispatched_then_refused_at_once_and_worker_keeps_serving() {
+    let worker = reference_worker().await;
+    let conn = WorkerConnection::new(worker.address()).unwrap();
+    let error = conn
+        .dispatch("no-such-routine", vec![], SECOND)
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Routine, "{error}");
+    assert!(error.message().contains("unknown routine"), "{error}");
+    assert_eq!(
+        conn.dispatch("echo", b"still here".to_vec(), SECOND)
+            .await
+            .unwrap(),
+        b"still here"
+    );
+    let error = conn
+        .dispatch("sleep", b"forever-ish".to_vec(), SECOND)
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Routine);
+    assert!(error.message().contains("not a number"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_unix_socket_worker_then_idle_and_stop_work_over_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.sock");
+    let worker = Worker::builder()
+        .listen(format!("unix:{}", path.display()).parse().unwrap())
+        .routines(RoutineRegistry::default().with_reference_routines())
+        .serve()
+        .await
+        .unwrap();
+    assert_eq!(worker.address(), format!("unix:{}", path.display()));
+    for target in [
+        format!("unix:{}", path.display()),
+        format!("unix://{}", path.display()),
+    ] {
+        let conn = WorkerConnection::new(&target).unwrap();
+        assert!(conn.idle(SECOND).await.unwrap() >= 0.0);
+        assert_eq!(
+            conn.dispatch("echo", b"uds".to_vec(), SECOND)
+                .await
+                .unwrap(),
+            b"uds"
+        );
+    }
+    WorkerConnection::new(worker.address())
+        .unwrap()
+        .stop(Grace::None, SECOND)
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), worker.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!path.exists(), "the socket file is removed after the stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_one_connection_when_10000_idle_polls_burst_then_all_succeed() {
+    let worker = reference_worker().await;
+    let conn = Arc::new(WorkerConnection::new(worker.address()).unwrap());
+    let begun = Instant::now();
+    let polls: Vec<_> = (0..10_000)
+        .map(|_| {
+            let conn = Arc::clone(&conn);
+            tokio::spawn(async move { conn.idle(Some(Duration::from_secs(60))).await })
+        })
+        .collect();
+    let mut failures = Vec::new();
+    for poll in polls {
+        if let Err(error) = poll.await.unwrap() {
+            failures.push(error);
+        }
+    }
+    eprintln!("10,000 concurrent idle polls took {:?}", begun.elapsed());
+    assert!(
+        failures.is_empty(),
+        "{} failed, first: {}",
+        failures.len(),
+        failures[0]
+    );
+}
