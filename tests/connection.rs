@@ -497,3 +497,16 @@ async fn given_one_connection_when_10000_idle_polls_burst_then_all_succeed() {
         failures[0]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_worker_without_idle_rpc_when_polled_then_idle_unavailable_not_rpc_error() {
+    let (address, server) = common::serve_legacy_worker().await;
+    let conn = WorkerConnection::new(&address).unwrap();
+    let error = conn.idle(SECOND).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::IdleUnavailable, "{error}");
+    assert_eq!(error.code(), Some(tonic::Code::Unimplemented));
+    conn.stop(Grace::None, SECOND)
+        .await
+        .expect("stop still works on a legacy worker");
+    server.abort();
+}

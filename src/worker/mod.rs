@@ -331,23 +331,27 @@ impl WorkerHandle {
 
     /// Resolves once a stop has completed (by RPC or [`stop`](Self::stop)) and the server has
     /// shut down. Connections that stay open longer than a few seconds after the stop are cut.
-    /// Calling it again after it returned returns `Ok(())` at once.
+    /// Cancel-safe: dropping the future and calling again later waits for the same end; once it
+    /// has returned, later calls return `Ok(())` at once.
     pub async fn wait(&self) -> Result<(), WorkerError> {
-        let Some(mut task) = self.server.lock().await.take() else {
+        let mut server = self.server.lock().await;
+        let Some(task) = server.as_mut() else {
             return Ok(());
         };
+        let linger = async {
+            self.state.shutdown.cancelled().await;
+            tokio::time::sleep(SHUTDOWN_LINGER).await;
+        };
         let result = tokio::select! {
-            joined = &mut task => joined,
-            _ = async {
-                self.state.shutdown.cancelled().await;
-                tokio::time::sleep(SHUTDOWN_LINGER).await;
-            } => {
+            joined = &mut *task => joined.map_err(WorkerError::from).and_then(|served| served.map_err(WorkerError::from)),
+            () = linger => {
                 task.abort();
                 tracing::warn!("connections still open {SHUTDOWN_LINGER:?} after stop; closing them");
-                return self.cleanup(Ok(()));
+                Ok(())
             }
         };
-        self.cleanup(result?.map_err(WorkerError::from))
+        *server = None;
+        self.cleanup(result)
     }
 
     fn cleanup(&self, result: Result<(), WorkerError>) -> Result<(), WorkerError> {

@@ -185,3 +185,52 @@ pub fn unused_local_address() -> String {
     drop(listener);
     address
 }
+
+/// A worker that predates the `idle` RPC, as Wool 0.13.1's does: every RPC but `idle` behaves,
+/// `idle` answers `UNIMPLEMENTED` ("Method not found!", grpcio's text). Serves on the current
+/// runtime until the returned task is aborted; returns its address.
+pub async fn serve_legacy_worker() -> (String, tokio::task::JoinHandle<()>) {
+    use wool::protocol::worker_server::{Worker, WorkerServer};
+    use wool::protocol::{Idle, Request, Response, StopRequest, Void};
+
+    struct Legacy;
+
+    #[tonic::async_trait]
+    impl Worker for Legacy {
+        type dispatchStream = tokio_stream::Empty<Result<Response, tonic::Status>>;
+
+        async fn dispatch(
+            &self,
+            _: tonic::Request<tonic::Streaming<Request>>,
+        ) -> Result<tonic::Response<Self::dispatchStream>, tonic::Status> {
+            Err(tonic::Status::unimplemented(
+                "dispatch is not part of this test double",
+            ))
+        }
+
+        async fn stop(
+            &self,
+            _: tonic::Request<StopRequest>,
+        ) -> Result<tonic::Response<Void>, tonic::Status> {
+            Ok(tonic::Response::new(Void {}))
+        }
+
+        async fn idle(
+            &self,
+            _: tonic::Request<Void>,
+        ) -> Result<tonic::Response<Idle>, tonic::Status> {
+            Err(tonic::Status::unimplemented("Method not found!"))
+        }
+    }
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let task = tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(WorkerServer::new(Legacy))
+            .serve_with_incoming(incoming)
+            .await;
+    });
+    (address, task)
+}

@@ -1,0 +1,144 @@
+//! The reference worker binary, `wool-worker`, as a process (ARCHITECTURE.md).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Pki, WorkerProcess};
+use wool::connection::{WorkerConnection, WorkerCredentials};
+use wool::protocol::Grace;
+
+const TIMEOUT: Option<Duration> = Some(Duration::from_secs(5));
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn given_default_flags_then_first_line_is_a_dialable_address_and_stop_exits_zero() {
+    let mut worker = WorkerProcess::plaintext();
+    assert!(
+        worker.address.starts_with("127.0.0.1:"),
+        "{}",
+        worker.address
+    );
+    worker
+        .address
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .parse::<u16>()
+        .expect("a port and nothing else");
+    let conn = WorkerConnection::new(&worker.address).unwrap();
+    let rt = runtime();
+    assert!(rt.block_on(conn.idle(TIMEOUT)).unwrap() >= 0.0);
+    assert_eq!(
+        rt.block_on(conn.dispatch("echo", b"hi".to_vec(), TIMEOUT))
+            .unwrap(),
+        b"hi"
+    );
+    rt.block_on(conn.stop(Grace::None, TIMEOUT)).unwrap();
+    assert_eq!(
+        worker.wait_exit(Duration::from_secs(10)),
+        Some(0),
+        "exit status 0 after a stop"
+    );
+}
+
+#[test]
+fn given_unix_listen_address_then_it_prints_unix_path_and_serves_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("worker.sock");
+    let mut worker = WorkerProcess::spawn(&["--listen".into(), format!("unix:{}", path.display())]);
+    assert_eq!(worker.address, format!("unix:{}", path.display()));
+    let conn = WorkerConnection::new(&worker.address).unwrap();
+    let rt = runtime();
+    assert!(rt.block_on(conn.idle(TIMEOUT)).unwrap() >= 0.0);
+    rt.block_on(conn.stop(Grace::None, TIMEOUT)).unwrap();
+    assert_eq!(worker.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
+#[test]
+fn given_task_in_flight_when_sigterm_then_task_finishes_and_exit_zero() {
+    let mut worker = WorkerProcess::plaintext();
+    let conn = std::sync::Arc::new(WorkerConnection::new(&worker.address).unwrap());
+    let rt = runtime();
+    let task = {
+        let conn = std::sync::Arc::clone(&conn);
+        rt.spawn(async move { conn.dispatch("sleep", b"0.5".to_vec(), TIMEOUT).await })
+    };
+    // Wait until the worker reports the task in flight.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while rt.block_on(conn.idle(TIMEOUT)).unwrap() != 0.0 {
+        assert!(std::time::Instant::now() < deadline, "task never in flight");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    unsafe { libc::kill(worker.child.id() as i32, libc::SIGTERM) };
+    assert_eq!(
+        rt.block_on(task).unwrap().unwrap(),
+        b"0.5",
+        "graceful: the in-flight task finishes"
+    );
+    assert_eq!(worker.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
+#[test]
+fn given_tls_flags_then_mutual_tls_is_required_unless_one_way() {
+    let pki = Pki::generate();
+    let rt = runtime();
+    let mutual = WorkerCredentials::from_files(
+        &pki.ca_path,
+        Some(&pki.leaf.key_path),
+        Some(&pki.leaf.cert_path),
+        true,
+        None,
+    )
+    .unwrap();
+    let one_way = WorkerCredentials::from_files(&pki.ca_path, None, None, false, None).unwrap();
+
+    let mut worker = WorkerProcess::spawn(&pki.mutual_args());
+    let without_cert =
+        WorkerConnection::with_credentials(&worker.address, Some(one_way.clone())).unwrap();
+    assert!(
+        rt.block_on(without_cert.idle(TIMEOUT)).is_err(),
+        "mutual TLS worker must refuse a client without a certificate"
+    );
+    let with_cert = WorkerConnection::with_credentials(&worker.address, Some(mutual)).unwrap();
+    assert!(rt.block_on(with_cert.idle(TIMEOUT)).unwrap() >= 0.0);
+    rt.block_on(with_cert.stop(Grace::None, TIMEOUT)).unwrap();
+    assert_eq!(worker.wait_exit(Duration::from_secs(10)), Some(0));
+
+    let mut worker = WorkerProcess::spawn(&pki.one_way_args());
+    let conn = WorkerConnection::with_credentials(&worker.address, Some(one_way)).unwrap();
+    assert!(rt.block_on(conn.idle(TIMEOUT)).unwrap() >= 0.0);
+    rt.block_on(conn.stop(Grace::None, TIMEOUT)).unwrap();
+    assert_eq!(worker.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
+#[test]
+fn given_bad_flags_then_it_exits_nonzero_with_a_message() {
+    for args in [
+        vec!["--listen", "nonsense"],
+        vec![
+            "--tls-cert",
+            "/nonexistent/cert.pem",
+            "--tls-key",
+            "/nonexistent/key.pem",
+        ],
+    ] {
+        let output = std::process::Command::new(common::wool_worker_bin())
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{args:?}");
+        assert!(output.stdout.is_empty(), "no address printed for {args:?}");
+        assert!(
+            !output.stderr.is_empty(),
+            "an explanation on stderr for {args:?}"
+        );
+    }
+}
