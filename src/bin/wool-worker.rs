@@ -70,6 +70,13 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
+    // Listen for SIGTERM/SIGINT before the address is printed: a supervisor may signal as soon
+    // as it has read the address, and the default action would kill the worker ungracefully.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
     let mut builder = Worker::builder()
         .listen(args.listen.clone())
         .routines(RoutineRegistry::default().with_reference_routines());
@@ -84,20 +91,12 @@ async fn run(args: Args) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     tracing::info!(address = worker.address(), "serving");
-    let signals = async {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            return std::future::pending().await;
-        };
-        tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-    };
     tokio::select! {
         result = worker.wait() => return result.map_err(|e| e.to_string()),
-        () = signals => tracing::info!("signal received: stopping, in-flight tasks may finish"),
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
     }
+    tracing::info!("signal received: stopping, in-flight tasks may finish");
     worker.stop(Grace::Unbounded).await;
     worker.wait().await.map_err(|e| e.to_string())
 }

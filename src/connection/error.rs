@@ -70,6 +70,8 @@ const TLS_EVIDENCE: &[&str] = &[
     "alert",
     "unknownissuer",
     "invalid peer",
+    // rustls on reading plaintext HTTP/2 where a TLS record was expected (TLS client, plaintext worker)
+    "corrupt message",
 ];
 
 /// Which RPC failed: only `idle` turns `UNIMPLEMENTED` into [`ErrorKind::IdleUnavailable`].
@@ -134,10 +136,16 @@ impl Error {
 /// tonic reports a connection that broke under a call (closed, reset, broken pipe) as
 /// `CANCELLED` or `UNKNOWN` with a transport error; gRPC's C core — and so Wool's client —
 /// reports it as `UNAVAILABLE`. Use the latter, so callers see one code for one cause.
+///
+/// Likewise a worker shutting down (after a stop) sends HTTP/2 GOAWAY with NO_ERROR, and h2
+/// fails the calls it had not taken with that reason, which tonic reports as `INTERNAL`; for
+/// gRPC such a call was never processed: `UNAVAILABLE`.
 fn transport_code(code: Code, text: &str) -> Code {
     let broken_transport = text.contains("transport error") || text.contains("connection error");
+    let going_away = text.contains("connection error received: not a result of an error");
     match code {
         Code::Cancelled | Code::Unknown if broken_transport => Code::Unavailable,
+        Code::Internal if going_away => Code::Unavailable,
         other => other,
     }
 }
@@ -228,5 +236,22 @@ mod tests {
             (broken.kind(), broken.code()),
             (ErrorKind::Transient, Some(Code::Unavailable))
         );
+    }
+
+    #[test]
+    fn a_call_refused_by_a_worker_going_away_is_transient() {
+        let goaway = Error::from_status(
+            Call::Idle,
+            &tonic::Status::new(
+                Code::Internal,
+                "h2 protocol error: http2 error: connection error received: not a result of an error",
+            ),
+        );
+        assert_eq!(
+            (goaway.kind(), goaway.code()),
+            (ErrorKind::Transient, Some(Code::Unavailable))
+        );
+        let internal = Error::from_status(Call::Idle, &tonic::Status::new(Code::Internal, "boom"));
+        assert_eq!(internal.kind(), ErrorKind::Rpc);
     }
 }

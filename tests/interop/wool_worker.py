@@ -157,6 +157,23 @@ async def main_async(args: argparse.Namespace) -> int:
     credentials = load_credentials(args)
     from wool.runtime.worker.local import LocalWorker
 
+    loop = asyncio.get_running_loop()
+    local_stop = asyncio.Event()
+    reasons: list[str] = []
+
+    def request_stop(reason: str) -> None:
+        if not reasons:
+            reasons.append(reason)
+            log(f"stopping the worker: {reason}")
+        local_stop.set()
+
+    # Before the worker starts, so that a signal sent as soon as the address line is
+    # read is never lost (nor kills this script with the default action).
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, request_stop, signal.Signals(signum).name)
+    if not args.ignore_stdin and stdin_is_watchable():
+        watch_stdin(loop, lambda: request_stop("stdin closed"))
+
     worker = LocalWorker(host=args.host, credentials=credentials)
     try:
         await worker.start(timeout=args.start_timeout)
@@ -179,21 +196,6 @@ async def main_async(args: argparse.Namespace) -> int:
     log(f"wool {getattr(wool, '__version__', '?')} worker at {address}, pid "
         f"{worker.metadata.pid if worker.metadata else '?'}")
 
-    loop = asyncio.get_running_loop()
-    local_stop = asyncio.Event()
-    reasons: list[str] = []
-
-    def request_stop(reason: str) -> None:
-        if not reasons:
-            reasons.append(reason)
-            log(f"stopping the worker: {reason}")
-        local_stop.set()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, request_stop, signal.Signals(signum).name)
-    if not args.ignore_stdin and stdin_is_watchable():
-        watch_stdin(loop, lambda: request_stop("stdin closed"))
-
     busy = None
     if args.busy is not None:
         busy = asyncio.create_task(run_busy(worker, credentials, args.busy))
@@ -210,8 +212,16 @@ async def main_async(args: argparse.Namespace) -> int:
         try:
             await stop_worker(worker, args.stop_grace)
         except BaseException as e:
-            emit(f"error: stopping the worker failed: {type(e).__name__}: {e}")
-            status = 1
+            # The stop RPC can fail because the worker is already going down by itself
+            # (e.g. a Ctrl-C reached the whole process group); LocalWorker reaps it anyway.
+            process.join(10)
+            if process.is_alive() or process.exitcode not in (0, -signal.SIGTERM):
+                msg = " ".join(str(e).split())
+                emit(f"error: stopping the worker failed: {type(e).__name__}: {msg}")
+                status = 1
+            else:
+                log(f"stop RPC failed ({type(e).__name__}) but the worker process ended "
+                    f"with {process.exitcode}")
         how = "local"
     else:
         # The worker process ended by itself: a remote `stop` RPC. Reap it.

@@ -1,0 +1,137 @@
+package wool
+
+// #include <stdlib.h>
+// #include "wool.h"
+import "C"
+
+import (
+	"runtime"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+// Credentials are TLS credentials for reaching TLS workers: the CA certificates the worker's
+// certificate must chain to and, for mutual TLS, the client's certificate and private key.
+// Pass them to Connect with WithCredentials. A Connection keeps its own copy, so Credentials
+// may be closed right after Connect. Safe for concurrent use.
+//
+// Close them when done: a finalizer frees forgotten ones, but only whenever the garbage
+// collector runs, and the key material lives in C memory it cannot see.
+type Credentials struct {
+	mu  sync.RWMutex // Connect reads ptr under RLock; Close frees it under Lock
+	ptr *C.wool_credentials
+}
+
+// CredentialsFromPEM makes credentials from PEM text (the argument order is Wool's: CA, key,
+// certificate).
+//
+//   - caPEM: one or more CA certificates the worker's certificate must chain to.
+//   - keyPEM, certPEM: the client's private key and certificate chain, for mutual TLS; ignored
+//     (and may be nil) when mutual is false, which gives one-way TLS: the client verifies the
+//     worker and presents no certificate.
+//   - identity: the subject-alternative name (DNS name or IP address) to verify the worker's
+//     certificate against instead of the dialed host; "" means the dialed host.
+//
+// The PEM is checked now, so bad PEM fails here rather than on the first call. Returns an
+// *Error matching ErrInvalidArgument when caPEM is empty, mutual TLS lacks the key or the
+// certificate, a PEM block holds no certificate or key, a text contains a NUL byte, or
+// identity is neither a DNS name nor an IP address.
+func CredentialsFromPEM(caPEM, keyPEM, certPEM []byte, mutual bool, identity string) (*Credentials, error) {
+	for _, text := range [][2]string{
+		{"CA PEM", string(caPEM)}, {"key PEM", string(keyPEM)}, {"certificate PEM", string(certPEM)},
+		{"identity", identity},
+	} {
+		if err := checkText(text[0], text[1]); err != nil {
+			return nil, err
+		}
+	}
+	// An empty CA becomes "" rather than NULL: the library then says the PEM holds no
+	// certificate, which is the actual mistake.
+	ca := C.CString(string(caPEM))
+	key, cert := optionalCString(string(keyPEM)), optionalCString(string(certPEM))
+	name := optionalCString(identity)
+	defer freeAll(ca, key, cert, name)
+	return newCredentials(func(out **C.wool_credentials) C.wool_status {
+		return C.wool_credentials_from_pem(ca, key, cert, C.bool(mutual), name, out)
+	})
+}
+
+// CredentialsFromFiles is CredentialsFromPEM reading the PEM from files: caPath, and for
+// mutual TLS keyPath and certPath ("" when mutual is false). An unreadable file is an
+// ErrInvalidArgument whose message names it.
+func CredentialsFromFiles(caPath, keyPath, certPath string, mutual bool, identity string) (*Credentials, error) {
+	for _, text := range [][2]string{
+		{"CA path", caPath}, {"key path", keyPath}, {"certificate path", certPath}, {"identity", identity},
+	} {
+		if err := checkText(text[0], text[1]); err != nil {
+			return nil, err
+		}
+	}
+	ca := C.CString(caPath)
+	key, cert, name := optionalCString(keyPath), optionalCString(certPath), optionalCString(identity)
+	defer freeAll(ca, key, cert, name)
+	return newCredentials(func(out **C.wool_credentials) C.wool_status {
+		return C.wool_credentials_from_files(ca, key, cert, C.bool(mutual), name, out)
+	})
+}
+
+// newCredentials runs one wool_credentials_from_* call and wraps its result.
+func newCredentials(make func(out **C.wool_credentials) C.wool_status) (*Credentials, error) {
+	var ptr *C.wool_credentials
+	if err := call("credentials", "", func() C.wool_status { return make(&ptr) }); err != nil {
+		return nil, err
+	}
+	c := &Credentials{ptr: ptr}
+	runtime.SetFinalizer(c, (*Credentials).Close)
+	return c, nil
+}
+
+// Close releases the credentials. Connections made with them keep working (they hold their
+// own copy). Closing twice is harmless. It always returns nil.
+func (c *Credentials) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ptr != nil {
+		C.wool_credentials_free(c.ptr)
+		c.ptr = nil
+		runtime.SetFinalizer(c, nil)
+	}
+	return nil
+}
+
+// use runs f with the C pointer while holding it against a concurrent Close; ErrClosed when
+// the credentials are closed.
+func (c *Credentials) use(f func(*C.wool_credentials) error) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.ptr == nil {
+		return ErrClosed
+	}
+	err := f(c.ptr)
+	runtime.KeepAlive(c)
+	return err
+}
+
+// checkText refuses text with a NUL byte: C would silently cut it there.
+func checkText(name, value string) error {
+	if strings.IndexByte(value, 0) >= 0 {
+		return invalidArgument("credentials", "", name+" contains a NUL byte")
+	}
+	return nil
+}
+
+// optionalCString copies s into C memory; nil for "".
+func optionalCString(s string) *C.char {
+	if s == "" {
+		return nil
+	}
+	return C.CString(s)
+}
+
+// freeAll frees C text made by C.CString; nil entries are skipped by free itself.
+func freeAll(ptrs ...*C.char) {
+	for _, p := range ptrs {
+		C.free(unsafe.Pointer(p))
+	}
+}

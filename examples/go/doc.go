@@ -1,0 +1,55 @@
+// Package wool polls and retires workers of the Wool distributed runtime: it asks a worker how
+// long it has been idle and tells it to stop. It is a thin cgo binding over libwool's C API
+// (include/wool.h in the libwool repository); the protocol, the connection pool and the error
+// classification all live in the Rust library, once.
+//
+//	conn, err := wool.Connect("127.0.0.1:50051")
+//	if err != nil { ... }
+//	defer conn.Close()
+//	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+//	defer cancel()
+//	idle, err := conn.Idle(ctx)
+//	switch {
+//	case errors.Is(err, wool.ErrIdleUnavailable): // an older worker: cannot tell, leave it
+//	case errors.Is(err, wool.ErrTransient):       // unreachable or too slow: skip it this round
+//	case err != nil:                              // anything else: evict it
+//	case idle >= 5*time.Minute:
+//		err = conn.Stop(ctx, 0) // retire it, cancelling nothing (it is idle)
+//	}
+//
+// # Building and linking
+//
+// The package links against the libwool that Cargo builds in the repository root, found
+// relative to this package's source directory:
+//
+//	cargo build                    # in the repository root: target/debug/libwool.so
+//	cd examples/go && go test ./...
+//
+// By default it links target/debug/libwool.so dynamically and records that directory as the
+// binary's run path (rpath), so binaries run without LD_LIBRARY_PATH. To link another build,
+// put its directory first with CGO_LDFLAGS, which the go command places before this package's
+// own flags (so it wins both the link-time search and the run-time lookup):
+//
+//	cargo build --release
+//	CGO_LDFLAGS="-L$REPO/target/release -Wl,-rpath,$REPO/target/release" go build ./...
+//
+// The build tag woolstatic links target/debug/libwool.a into the binary instead, for a
+// binary that needs no libwool.so at run time (`go build -tags woolstatic ./...`; name another
+// archive first in CGO_LDFLAGS to link that one). The go command does not notice a rebuilt
+// libwool.a, so add -a after rebuilding it; the dynamic default always loads the current
+// libwool.so.
+//
+// # Concurrency and lifetime
+//
+// Connections and credentials are safe for concurrent use. Each wraps one C handle; Close
+// releases it. A finalizer releases a forgotten handle as a safety net, but only when the
+// garbage collector gets to it, which may be never for a small program: a handle holds a share
+// of a pooled HTTP/2 channel (a socket and buffers the collector cannot see), so call Close.
+//
+// # Errors
+//
+// Failures reported by the library are *Error values carrying the library's status, the gRPC
+// status code and message. Compare them with errors.Is against ErrIdleUnavailable,
+// ErrTransient, ErrHandshake, ErrInvalidArgument, ErrRPC and ErrPanic; the kind is the
+// caller's decision (leave, skip, evict), not the status code's spelling.
+package wool

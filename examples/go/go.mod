@@ -1,0 +1,3 @@
+module github.com/libwool/wool-go
+
+go 1.24

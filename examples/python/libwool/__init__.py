@@ -1,0 +1,484 @@
+"""Poll a Wool worker's idle time and retire it, through libwool's C API (ctypes, no build step).
+
+    import libwool
+
+    with libwool.WorkerConnection("127.0.0.1:50051") as worker:
+        if worker.idle(timeout=5.0) >= 300.0:   # seconds continuously idle
+            worker.stop(grace=30.0)             # retire it, letting in-flight work finish
+
+The names follow Wool's own client (``wool.WorkerConnection``, ``wool.WorkerCredentials``,
+``wool.RpcError`` ...), but calls are synchronous: each blocks its thread, not the others
+(ctypes releases the GIL during the call). The logic lives in libwool; this module only
+converts arguments and results and turns status codes into exceptions:
+
+==============================  ===========================================================
+C status                        Python exception
+==============================  ===========================================================
+WOOL_STATUS_INVALID_ARGUMENT    `ValueError` (the library's message)
+WOOL_STATUS_IDLE_UNAVAILABLE    `IdleUnavailable` (a `WoolError`, not an `RpcError`)
+WOOL_STATUS_TRANSIENT           `TransientRpcError` (an `RpcError`)
+WOOL_STATUS_HANDSHAKE           `HandshakeError` (a `TransientRpcError`)
+WOOL_STATUS_RPC_ERROR           `RpcError`
+WOOL_STATUS_PANIC               `LibraryPanic` (a `RuntimeError`: a bug in libwool)
+==============================  ===========================================================
+
+The library is found by `load`: an explicit path, else ``$LIBWOOL_PATH``, else this
+repository's ``target/release`` then ``target/debug`` build.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import math
+import numbers
+import os
+import threading
+import warnings
+from collections.abc import Iterator
+
+from . import _ffi
+from ._ffi import Library, LibraryNotFound, load
+
+__all__ = [
+    "HandshakeError",
+    "IdleUnavailable",
+    "Library",
+    "LibraryNotFound",
+    "LibraryPanic",
+    "RpcError",
+    "TransientRpcError",
+    "WoolError",
+    "WorkerConnection",
+    "WorkerCredentials",
+    "load",
+    "version",
+]
+
+# gRPC status code names, by number (the gRPC specification's fixed table).
+_GRPC_CODE_NAMES = (
+    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+    "UNAUTHENTICATED",
+)  # fmt: skip
+
+
+# ---------------------------------------------------------------- exceptions
+
+
+class _CallFailure:
+    """What a failed call to a worker carries: the gRPC code and the library's message."""
+
+    #: The C status this class stands for.
+    status = ""
+
+    def __init__(self, code: int = -1, details: str = ""):
+        #: The gRPC status code (0..16), or -1 when the failure involved no RPC status.
+        self.code = code
+        #: The library's message, e.g. ``"wool_idle: tcp connect error: ..."``.
+        self.details = details
+        super().__init__(code, details)  # args kept simple, so that pickling round-trips
+
+    @property
+    def code_name(self) -> str | None:
+        """The gRPC code's name, e.g. ``"UNAVAILABLE"``; None without a code."""
+        if 0 <= self.code < len(_GRPC_CODE_NAMES):
+            return _GRPC_CODE_NAMES[self.code]
+        return None
+
+    def __str__(self) -> str:
+        name = self.code_name
+        return f"{name}: {self.details}" if name else self.details
+
+
+class WoolError(Exception):
+    """Base of the failures that say nothing about a worker's health (as ``wool.WoolError``)."""
+
+
+class IdleUnavailable(_CallFailure, WoolError):
+    """The worker predates the idle RPC (it answered gRPC UNIMPLEMENTED, code 12).
+
+    An absent capability, not an RPC-health fault: like Wool's, it is not an `RpcError`, so
+    ``except RpcError`` does not catch it. Treat idle reporting as unavailable for that worker.
+    """
+
+    status = "WOOL_STATUS_IDLE_UNAVAILABLE"
+
+
+class RpcError(_CallFailure, Exception):
+    """A call to a worker failed non-transiently (any gRPC failure not classified below).
+
+    As in Wool, the worker is unhealthy: evict it. Attributes: `code` (int gRPC code or -1),
+    `code_name`, `details` (the library's message). ``str(e)`` is ``"CODE_NAME: details"``.
+    """
+
+    status = "WOOL_STATUS_RPC_ERROR"
+
+
+class TransientRpcError(RpcError):
+    """The worker could not be reached in time or is shutting down (UNAVAILABLE,
+    DEADLINE_EXCEEDED, including this call's own timeout, or RESOURCE_EXHAUSTED).
+
+    Skip the worker for now; keep it.
+    """
+
+    status = "WOOL_STATUS_TRANSIENT"
+
+
+class HandshakeError(TransientRpcError):
+    """TLS, mutual-TLS or identity failure seen by this client: a wrong certificate authority,
+    a worker certificate not valid for the name dialed (or `identity`), plaintext against TLS.
+
+    Transient, as in Wool: credentials may rotate out of band. A worker rejecting *this
+    client's* certificate may instead look like a plain `TransientRpcError` (TLS 1.3 reports
+    that rejection after the handshake completed locally).
+    """
+
+    status = "WOOL_STATUS_HANDSHAKE"
+
+
+class LibraryPanic(RuntimeError):
+    """A bug inside libwool, caught at its C boundary (WOOL_STATUS_PANIC); please report it.
+    The message is the panic's."""
+
+    status = "WOOL_STATUS_PANIC"
+
+
+_ERRORS: dict[int, type[_CallFailure]] = {
+    _ffi.IDLE_UNAVAILABLE: IdleUnavailable,
+    _ffi.TRANSIENT: TransientRpcError,
+    _ffi.HANDSHAKE: HandshakeError,
+    _ffi.RPC_ERROR: RpcError,
+}
+
+
+def _check(library: Library, status: int) -> None:
+    """Raise the exception for a failed `status`, reading the calling thread's last error."""
+    if status == _ffi.OK:
+        return
+    message, code = library.last_error()  # thread-local: same thread, right after the call
+    if status == _ffi.INVALID_ARGUMENT:
+        raise ValueError(message)
+    if status == _ffi.PANIC:
+        raise LibraryPanic(message)
+    error = _ERRORS.get(status)
+    if error is None:
+        raise RuntimeError(
+            f"libwool returned an unknown status {status} ({library.status_name(status)}): "
+            f"{message}"
+        )
+    raise error(code, message)
+
+
+# ---------------------------------------------------------------- argument conversion
+
+
+def _c_text(value: str | bytes | None, name: str) -> bytes | None:
+    """Text for a `const char *`: str as UTF-8, bytes as given, None as NULL.
+
+    Lone surrogates are passed through (surrogatepass) so that libwool itself rejects the
+    non-UTF-8 result with its own message. A NUL cannot be passed (C would cut the text
+    there), hence the one check made here.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        data = value.encode("utf-8", errors="surrogatepass")
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+    else:
+        raise TypeError(f"{name} must be str or bytes, not {type(value).__name__}")
+    if b"\0" in data:
+        raise ValueError(f"{name} contains a NUL character")
+    return data
+
+
+def _c_path(value: str | bytes | os.PathLike | None, name: str) -> bytes | None:
+    """A file system path for a `const char *` (os.fsencode: bytes as the OS sees them)."""
+    if value is None:
+        return None
+    try:
+        data = os.fsencode(value)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be a path (str, bytes or os.PathLike), not {type(value).__name__}"
+        ) from None
+    if b"\0" in data:
+        raise ValueError(f"{name} contains a NUL character")
+    return data
+
+
+def _c_seconds(value: float | None, name: str, *, none_means: float | None) -> float:
+    """Seconds as a C double. Range checks are libwool's (0, negative, NaN...), not ours."""
+    if value is None and none_means is not None:
+        return none_means
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    return float(value)
+
+
+# ---------------------------------------------------------------- credentials
+
+
+class WorkerCredentials:
+    """TLS credentials for reaching TLS workers, like ``wool.WorkerCredentials``: the CA the
+    worker's certificate must chain to and, for mutual TLS, this client's key and certificate.
+
+    Make them with `from_pem` or `from_files`; the PEM is checked there, so bad PEM fails at
+    once with `ValueError`. A `WorkerConnection` keeps its own copy; the native credentials
+    are released when this object is garbage-collected.
+    """
+
+    def __init__(self, library: Library, handle: _ffi.CredentialsPtr, mutual: bool,
+                 identity: str | None):
+        """Internal: use `from_pem` or `from_files`."""
+        self._library = library
+        self._handle = handle
+        #: True for mutual TLS (this client presents a certificate), False for one-way TLS.
+        self.mutual = mutual
+        #: The name the worker's certificate is verified against instead of the dialed host.
+        self.identity = identity
+
+    @classmethod
+    def from_pem(
+        cls,
+        ca_pem: str | bytes,
+        key_pem: str | bytes | None = None,
+        cert_pem: str | bytes | None = None,
+        mutual: bool = True,
+        identity: str | None = None,
+    ) -> WorkerCredentials:
+        """Credentials from PEM text (str or bytes).
+
+        :param ca_pem: one or more CA certificates the worker's certificate must chain to.
+        :param key_pem: this client's private key, for mutual TLS (note: key before cert,
+            as in Wool).
+        :param cert_pem: this client's certificate chain, for mutual TLS.
+        :param mutual: True = mutual TLS (key and certificate required); False = one-way
+            TLS (the client only verifies the worker; key and certificate are ignored).
+        :param identity: the subject-alternative name (DNS name or IP address) to verify the
+            worker against instead of the dialed host; None or "" = the dialed host.
+        :raises ValueError: libwool's message: no certificate or key in a PEM, mutual TLS
+            without key or certificate, text not UTF-8, a bad identity, or a NUL in a text.
+        :raises TypeError: a text that is neither str nor bytes.
+        """
+        library = _ffi.default()
+        return cls._make(
+            library,
+            library.wool_credentials_from_pem,
+            _c_text(ca_pem, "ca_pem"),
+            _c_text(key_pem, "key_pem"),
+            _c_text(cert_pem, "cert_pem"),
+            mutual,
+            identity,
+        )
+
+    @classmethod
+    def from_files(
+        cls,
+        ca_path: str | os.PathLike[str],
+        key_path: str | os.PathLike[str] | None = None,
+        cert_path: str | os.PathLike[str] | None = None,
+        mutual: bool = True,
+        identity: str | None = None,
+    ) -> WorkerCredentials:
+        """As `from_pem`, reading the PEM from files (``ca_path``, and for mutual TLS
+        ``key_path`` and ``cert_path``: key before cert, as in Wool).
+
+        :raises ValueError: as `from_pem`, and when a file cannot be read (libwool's message
+            names it).
+        :raises TypeError: a path that is not str, bytes or os.PathLike.
+        """
+        library = _ffi.default()
+        return cls._make(
+            library,
+            library.wool_credentials_from_files,
+            _c_path(ca_path, "ca_path"),
+            _c_path(key_path, "key_path"),
+            _c_path(cert_path, "cert_path"),
+            mutual,
+            identity,
+        )
+
+    @classmethod
+    def _make(cls, library, make, ca, key, cert, mutual, identity) -> WorkerCredentials:
+        mutual = bool(mutual)
+        if identity is not None and not isinstance(identity, str):
+            raise TypeError(f"identity must be str or None, not {type(identity).__name__}")
+        handle = _ffi.CredentialsPtr()
+        status = make(ca, key, cert, mutual, _c_text(identity, "identity"), ctypes.byref(handle))
+        _check(library, status)
+        return cls(library, handle, mutual, identity)
+
+    def __del__(self) -> None:
+        # No call can be using the handle now: wool_connect runs while a WorkerConnection
+        # under construction holds a reference to this object.
+        handle = getattr(self, "_handle", None)
+        if handle:
+            self._handle = None
+            self._library.wool_credentials_free(handle)
+
+    def __repr__(self) -> str:
+        kind = "mutual TLS" if self.mutual else "one-way TLS"
+        extra = f", identity={self.identity!r}" if self.identity else ""
+        return f"<WorkerCredentials {kind}{extra}>"
+
+
+# ---------------------------------------------------------------- connection
+
+
+class WorkerConnection:
+    """A handle to one worker, like ``wool.WorkerConnection`` (idle and stop, synchronous).
+
+    Lazy: making one does no I/O, so a worker that cannot be reached shows up on the first
+    `idle` or `stop` as `TransientRpcError`. Handles to the same target with equal
+    credentials share one pooled HTTP/2 channel inside libwool.
+
+    Thread-safe: many threads may call `idle` (and `stop`) on one connection at once; each
+    call blocks only its own thread. A blocked call cannot be interrupted (Ctrl-C is handled
+    once it returns), so give a `timeout` where waiting forever is not wanted. Use it as a context manager, or call `close`; relying
+    on garbage collection works but releases the channel at an unpredictable time (and
+    emits a `ResourceWarning`, like an unclosed file).
+
+    :param target: ``host:port``, ``dns:host:port``, ``dns:///host:port``,
+        ``ipv4:address:port``, ``ipv6:[address]:port``, ``[v6address]:port`` or
+        ``unix:path``.
+    :param credentials: `WorkerCredentials` for a TLS worker; None = plaintext.
+    :raises ValueError: libwool's message for a bad target (empty, no port, port out of
+        range, unknown scheme, not UTF-8), or a NUL in it.
+    :raises TypeError: `target` is not a str, or `credentials` not `WorkerCredentials`.
+    """
+
+    _handle = None  # so that __del__ is safe when __init__ failed early
+
+    def __init__(self, target: str, credentials: WorkerCredentials | None = None):
+        if not isinstance(target, str):
+            raise TypeError(f"target must be str, not {type(target).__name__}")
+        if credentials is not None and not isinstance(credentials, WorkerCredentials):
+            raise TypeError(
+                "credentials must be WorkerCredentials or None, "
+                f"not {type(credentials).__name__}"
+            )
+        # Handles must be used with the library that made them.
+        library = credentials._library if credentials is not None else _ffi.default()
+        handle = _ffi.ConnectionPtr()
+        status = library.wool_connect(
+            _c_text(target, "target"),
+            credentials._handle if credentials is not None else None,
+            ctypes.byref(handle),
+        )
+        _check(library, status)
+        self._library = library
+        self._lock = threading.Lock()
+        self._calls = 0  # calls in flight: the handle is freed only when none is
+        self._closed = False
+        self.target = target
+        self.secure = credentials is not None
+        self._handle = handle
+
+    def idle(self, timeout: float | None = None) -> float:
+        """Seconds the worker has been continuously idle; exactly 0.0 while any task is in
+        flight on it. Blocks the calling thread (not others) until the worker answers.
+
+        :param timeout: the call's deadline in seconds, positive; None = no deadline.
+        :raises IdleUnavailable: the worker predates the idle RPC.
+        :raises TransientRpcError: unreachable, shutting down, or the timeout passed
+            (``code`` 14 UNAVAILABLE, 4 DEADLINE_EXCEEDED, 8 RESOURCE_EXHAUSTED).
+        :raises HandshakeError: TLS failure (a `TransientRpcError`).
+        :raises RpcError: any other gRPC failure.
+        :raises ValueError: a timeout of 0, negative or NaN (libwool's message), or the
+            connection is closed.
+        """
+        deadline = _c_seconds(timeout, "timeout", none_means=math.inf)
+        seconds = ctypes.c_double()
+        with self._in_flight() as handle:
+            _check(self._library,
+                   self._library.wool_idle(handle, deadline, ctypes.byref(seconds)))
+        return seconds.value
+
+    def stop(self, grace: float = 0.0, timeout: float | None = None) -> None:
+        """Stop (retire) the worker: it refuses new tasks, lets in-flight ones run for
+        `grace`, cancels the rest, and answers once drained. Returns after that answer.
+
+        :param grace: seconds in-flight work may keep running: 0 = cancel it at once;
+            positive = that long; ``math.inf`` or any negative value = wait for it however
+            long it takes.
+        :param timeout: the call's deadline in seconds, positive; None = no deadline. To see
+            the answer it must exceed the grace.
+        :raises TransientRpcError, HandshakeError, RpcError: as `idle` (a worker without the
+            stop RPC gives `RpcError`).
+        :raises ValueError: a NaN grace, a timeout of 0, negative or NaN (libwool's
+            message), or the connection is closed.
+        """
+        grace_seconds = _c_seconds(grace, "grace", none_means=None)
+        deadline = _c_seconds(timeout, "timeout", none_means=math.inf)
+        with self._in_flight() as handle:
+            _check(self._library, self._library.wool_stop(handle, grace_seconds, deadline))
+
+    def close(self) -> None:
+        """Release this handle (its share of the pooled channel; the worker keeps running).
+
+        Idempotent and non-blocking. Calls already in flight on other threads finish
+        normally; the handle is released when the last of them returns. Later calls raise
+        `ValueError`.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            handle = self._take_handle_if_unused()
+        if handle:
+            self._library.wool_free(handle)
+
+    @property
+    def closed(self) -> bool:
+        """True once `close` was called."""
+        return self._closed
+
+    def __enter__(self) -> WorkerConnection:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # Every call holds a reference to self while it runs, so none is in flight here.
+        handle = self._handle
+        if handle:
+            self._handle = None
+            warnings.warn(f"unclosed {self!r}", ResourceWarning, source=self, stacklevel=2)
+            self._library.wool_free(handle)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        tls = "TLS" if self.secure else "plaintext"
+        return f"<WorkerConnection target={self.target!r} {tls} {state}>"
+
+    @contextlib.contextmanager
+    def _in_flight(self) -> Iterator[_ffi.ConnectionPtr]:
+        """The live handle for one call; `close` meanwhile defers the free until it ends."""
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"operation on a closed {self!r}")
+            self._calls += 1
+        try:
+            yield self._handle
+        finally:
+            with self._lock:
+                self._calls -= 1
+                handle = self._take_handle_if_unused() if self._closed else None
+            if handle:
+                self._library.wool_free(handle)
+
+    def _take_handle_if_unused(self):
+        """With the lock held: detach and return the handle when no call is in flight."""
+        if self._calls:
+            return None
+        handle, self._handle = self._handle, None
+        return handle
+
+
+def version() -> str:
+    """The loaded libwool's version, e.g. ``"0.1.0"`` (loading it the default way if needed)."""
+    return _ffi.default().version

@@ -1,0 +1,207 @@
+"""Raw ctypes bindings to the C API of libwool (include/wool.h), and finding the library.
+
+Nothing here is public: `libwool` wraps it. Every function of the header is declared with
+its exact argtypes and restype; the opaque handle types get their own pointer types, so
+ctypes refuses to pass a connection where credentials are expected.
+
+The library is loaded with `ctypes.CDLL`, which releases the GIL around every foreign call:
+a thread blocked in `wool_idle` or `wool_stop` does not stop other Python threads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+from pathlib import Path
+
+#: The environment variable naming the library file when `load` is given no path.
+ENV_VAR = "LIBWOOL_PATH"
+
+# Stable values of `wool_status` (wool.h); the binding compares against them.
+OK = 0
+INVALID_ARGUMENT = 1
+IDLE_UNAVAILABLE = 2
+TRANSIENT = 3
+HANDSHAKE = 4
+RPC_ERROR = 5
+PANIC = 6
+
+
+class wool_connection(ctypes.Structure):
+    """Opaque `wool_connection`; only pointers to it exist."""
+
+
+class wool_credentials(ctypes.Structure):
+    """Opaque `wool_credentials`; only pointers to it exist."""
+
+
+ConnectionPtr = ctypes.POINTER(wool_connection)
+CredentialsPtr = ctypes.POINTER(wool_credentials)
+
+_c_double_p = ctypes.POINTER(ctypes.c_double)
+_wool_status = ctypes.c_int  # a C enum: int-sized
+
+# name: (restype, argtypes), exactly as in include/wool.h.
+PROTOTYPES: dict[str, tuple[object, list[object]]] = {
+    "wool_version": (ctypes.c_char_p, []),
+    "wool_connect": (
+        _wool_status,
+        [ctypes.c_char_p, CredentialsPtr, ctypes.POINTER(ConnectionPtr)],
+    ),
+    "wool_idle": (_wool_status, [ConnectionPtr, ctypes.c_double, _c_double_p]),
+    "wool_stop": (_wool_status, [ConnectionPtr, ctypes.c_double, ctypes.c_double]),
+    "wool_free": (None, [ConnectionPtr]),
+    "wool_credentials_from_pem": (
+        _wool_status,
+        [
+            ctypes.c_char_p,  # ca_pem
+            ctypes.c_char_p,  # key_pem
+            ctypes.c_char_p,  # cert_pem
+            ctypes.c_bool,  # mutual
+            ctypes.c_char_p,  # identity
+            ctypes.POINTER(CredentialsPtr),
+        ],
+    ),
+    "wool_credentials_from_files": (
+        _wool_status,
+        [
+            ctypes.c_char_p,  # ca_path
+            ctypes.c_char_p,  # key_path
+            ctypes.c_char_p,  # cert_path
+            ctypes.c_bool,  # mutual
+            ctypes.c_char_p,  # identity
+            ctypes.POINTER(CredentialsPtr),
+        ],
+    ),
+    "wool_credentials_free": (None, [CredentialsPtr]),
+    "wool_last_error": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_size_t]),
+    "wool_last_rpc_code": (ctypes.c_int32, []),
+    "wool_status_name": (ctypes.c_char_p, [_wool_status]),
+}
+
+
+class LibraryNotFound(OSError):
+    """libwool could not be loaded; the message lists every place tried and why it failed."""
+
+
+class Library:
+    """One loaded libwool: the `ctypes.CDLL` with every prototype declared.
+
+    Handles made by one `Library` are released by the same one, so objects keep a reference
+    to the `Library` they came from.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.cdll = ctypes.CDLL(path)  # CDLL, not PyDLL: foreign calls release the GIL
+        for name, (restype, argtypes) in PROTOTYPES.items():
+            try:
+                function = getattr(self.cdll, name)
+            except AttributeError:
+                raise LibraryNotFound(
+                    f"{path} is not libwool's C API: it lacks the symbol {name}"
+                ) from None
+            function.restype = restype
+            function.argtypes = argtypes
+            setattr(self, name, function)
+
+    @property
+    def version(self) -> str:
+        """The library's version, e.g. ``"0.1.0"``."""
+        return self.wool_version().decode("utf-8")
+
+    def status_name(self, status: int) -> str:
+        """The C name of a `wool_status` value, e.g. ``"WOOL_STATUS_TRANSIENT"``."""
+        return self.wool_status_name(status).decode("utf-8")
+
+    def last_error(self) -> tuple[str, int]:
+        """The calling thread's most recent failure: (message, gRPC code or -1).
+
+        Thread-local in the library, so call it on the thread that made the failing call,
+        right after it (ctypes runs foreign calls on the calling thread).
+        """
+        length = self.wool_last_error(None, 0)
+        buffer = ctypes.create_string_buffer(length + 1)
+        self.wool_last_error(buffer, length + 1)
+        message = buffer.value.decode("utf-8", errors="replace")
+        return message, int(self.wool_last_rpc_code())
+
+    def __repr__(self) -> str:
+        return f"<libwool {self.version} from {self.path}>"
+
+
+def _library_file_name() -> str:
+    if sys.platform == "darwin":
+        return "libwool.dylib"
+    if sys.platform == "win32":
+        return "wool.dll"
+    return "libwool.so"
+
+
+def repo_candidates() -> list[Path]:
+    """This checkout's cargo outputs, release before debug (examples/python/libwool/ is
+    three levels below the repository root)."""
+    root = Path(__file__).resolve().parents[3]
+    name = _library_file_name()
+    return [root / "target" / "release" / name, root / "target" / "debug" / name]
+
+
+_lock = threading.Lock()
+_loaded: dict[str, Library] = {}  # by real path: loading twice gives the same Library
+_default: Library | None = None
+
+
+def _open(path: str) -> Library:
+    real = os.path.realpath(path)
+    with _lock:
+        library = _loaded.get(real)
+        if library is None:
+            library = _loaded[real] = Library(path)
+        return library
+
+
+def load(path: str | os.PathLike[str] | None = None) -> Library:
+    """Load libwool and make it the default for new connections and credentials.
+
+    Where it looks, first match only (an explicit choice that fails is an error, never a
+    silent fallback): `path` when given; else the file named by the ``LIBWOOL_PATH``
+    environment variable when set; else this repository's ``target/release`` then
+    ``target/debug`` build.
+
+    :raises LibraryNotFound: (an `OSError`) naming each place tried and why it failed.
+    """
+    global _default
+    searching = path is None and not os.environ.get(ENV_VAR)
+    if path is not None:
+        tried = [(f"argument path={os.fspath(path)!r}", os.fspath(path))]
+    elif os.environ.get(ENV_VAR):
+        tried = [(f"${ENV_VAR}={os.environ[ENV_VAR]!r}", os.environ[ENV_VAR])]
+    else:
+        tried = [(f"repository build {p}", str(p)) for p in repo_candidates()]
+    failures = []
+    for label, candidate in tried:
+        if searching and not os.path.exists(candidate):
+            failures.append(f"{label}: no such file")
+            continue
+        try:
+            library = _open(candidate)
+        except OSError as e:
+            failures.append(f"{label}: {e}")
+            continue
+        with _lock:
+            _default = library
+        return library
+    hint = (
+        f"pass libwool.load(path), set {ENV_VAR}, or build the library with `cargo build`"
+    )
+    raise LibraryNotFound(
+        "libwool not found; tried:\n  " + "\n  ".join(failures) + f"\n({hint})"
+    )
+
+
+def default() -> Library:
+    """The library `load` chose last, loading it the default way on first use."""
+    library = _default
+    return library if library is not None else load()
