@@ -22,6 +22,7 @@ mod credentials;
 mod error;
 mod pool;
 mod target;
+mod transport;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -9,10 +9,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hyper_util::rt::TokioIo;
 use once_cell::sync::Lazy;
 use tonic::transport::{Channel, Endpoint};
 
+use super::transport::Socket;
 use super::{ChannelOptions, Error, Target, WorkerCredentials};
 
 /// How long an unused channel stays in the pool (Wool's client pool keeps one 60 s).
@@ -136,18 +136,7 @@ fn open_channel(key: &PoolKey) -> Result<Channel, Error> {
             .tls_config(credentials.tls_config(key.target.tls_name()))
             .map_err(|e| Error::invalid_argument(format!("unusable TLS credentials: {e}")))?;
     }
-    Ok(match &key.target {
-        Target::Tcp { .. } => endpoint.connect_lazy(),
-        Target::Unix(path) => {
-            let path = path.clone();
-            endpoint.connect_with_connector_lazy(tower::service_fn(move |_| {
-                let path = path.clone();
-                async move {
-                    Ok::<_, std::io::Error>(TokioIo::new(
-                        tokio::net::UnixStream::connect(path).await?,
-                    ))
-                }
-            }))
-        }
-    })
+    let target = key.target.clone();
+    Ok(endpoint
+        .connect_with_connector_lazy(tower::service_fn(move |_| Socket::connect(target.clone()))))
 }
