@@ -1,1 +1,330 @@
-//! The C ABI (see `include/wool.h` and shared/design/C-API.md). Being written.
+//! The C ABI: `include/wool.h`, generated from this module by cbindgen (see `cbindgen.toml` and
+//! `tests/header.rs`). The contract is shared/design/C-API.md; every name here is part of it.
+//!
+//! One file per C-visible type ([`status`], [`connection`], [`credentials`]), plus the boundary
+//! itself, written once:
+//! - `ffi_panic_boundary!` wraps every exported body: it catches panics and turns the body's
+//!   outcome into the C return value (a failed `Result` also becomes the thread's last error).
+//! - the `try_*` helpers below check pointers, text and numbers the same way everywhere.
+//! - [`last_error`] keeps the calling thread's most recent failure (like `errno`).
+//! - `runtime` is the one library-wide tokio runtime that blocking calls run on.
+
+pub mod connection;
+pub mod credentials;
+pub mod last_error;
+mod runtime;
+pub mod status;
+
+use std::any::Any;
+use std::ffi::{c_char, CStr};
+use std::time::Duration;
+
+use crate::connection::{timeout_from_seconds, Error};
+use crate::protocol::Grace;
+pub use connection::{wool_connect, wool_connection, wool_free, wool_idle, wool_stop};
+pub use credentials::{
+    wool_credentials, wool_credentials_free, wool_credentials_from_files, wool_credentials_from_pem,
+};
+pub use last_error::{wool_last_error, wool_last_rpc_code};
+pub use status::{wool_status, wool_status_name};
+
+/// Runs an exported function's body, catching any panic so that no unwinding crosses into C.
+///
+/// `ffi_panic_boundary! { "wool_name", { body } }`: the body's value is turned into the
+/// function's C return value by [`Boundary`], chosen by that return type. A body of a function
+/// returning [`wool_status`] is a `Result<(), Error>`, so `?` works inside it.
+macro_rules! ffi_panic_boundary {
+    ($function:literal, $body:block) => {
+        $crate::ffi::run_boundary($function, || $body)
+    };
+}
+pub(crate) use ffi_panic_boundary;
+
+/// What an exported function returns to C, given its body's outcome or a caught panic.
+pub(crate) trait Boundary: Sized {
+    /// What the body of a function returning `Self` evaluates to.
+    type Body;
+    /// The C value for a body that returned; `function` names the entry point in messages.
+    fn from_body(function: &'static str, body: Self::Body) -> Self;
+    /// The C value after a caught panic (already recorded as the last error).
+    fn after_panic() -> Self;
+}
+
+impl Boundary for wool_status {
+    type Body = Result<(), Error>;
+
+    fn from_body(function: &'static str, body: Self::Body) -> Self {
+        match body {
+            Ok(()) => wool_status::Ok,
+            Err(error) => {
+                last_error::record(function, &error);
+                wool_status::from(error.kind())
+            }
+        }
+    }
+
+    fn after_panic() -> Self {
+        wool_status::Panic
+    }
+}
+
+/// `void` functions: nothing to report.
+impl Boundary for () {
+    type Body = ();
+
+    fn from_body(_: &'static str, (): ()) -> Self {}
+
+    fn after_panic() -> Self {}
+}
+
+/// Functions returning static text, which must never be NULL (after a panic: "").
+impl Boundary for *const c_char {
+    type Body = &'static CStr;
+
+    fn from_body(_: &'static str, text: &'static CStr) -> Self {
+        text.as_ptr()
+    }
+
+    fn after_panic() -> Self {
+        c"".as_ptr()
+    }
+}
+
+/// `wool_last_error`: a length.
+impl Boundary for usize {
+    type Body = usize;
+
+    fn from_body(_: &'static str, length: usize) -> Self {
+        length
+    }
+
+    fn after_panic() -> Self {
+        0
+    }
+}
+
+/// `wool_last_rpc_code`: a code, or -1.
+impl Boundary for i32 {
+    type Body = i32;
+
+    fn from_body(_: &'static str, code: i32) -> Self {
+        code
+    }
+
+    fn after_panic() -> Self {
+        -1
+    }
+}
+
+/// The body of [`ffi_panic_boundary!`]. The closure's signature is inferred from the exported
+/// function's return type `R`, which is why one macro serves every function.
+pub(crate) fn run_boundary<R: Boundary>(
+    function: &'static str,
+    body: impl FnOnce() -> R::Body,
+) -> R {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(body) => R::from_body(function, body),
+        Err(payload) => {
+            last_error::record_panic(function, &panic_message(payload.as_ref()));
+            R::after_panic()
+        }
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|text| text.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with no message".to_string())
+}
+
+/// `ptr` as a shared reference; `what` names the parameter in the error.
+///
+/// # Safety
+/// A non-NULL `ptr` must point to a live, properly aligned `T` for `'a`.
+pub(crate) unsafe fn try_ref<'a, T>(ptr: *const T, what: &str) -> Result<&'a T, Error> {
+    // SAFETY: the caller's contract; NULL is refused by `as_ref`.
+    unsafe { ptr.as_ref() }.ok_or_else(|| null(what))
+}
+
+/// `ptr` as an exclusive reference, for out-parameters; `what` names the parameter.
+///
+/// # Safety
+/// A non-NULL `ptr` must point to writable memory for a `T` that nothing else uses during `'a`.
+pub(crate) unsafe fn try_mut<'a, T>(ptr: *mut T, what: &str) -> Result<&'a mut T, Error> {
+    // SAFETY: the caller's contract; NULL is refused by `as_mut`.
+    unsafe { ptr.as_mut() }.ok_or_else(|| null(what))
+}
+
+/// NUL-terminated UTF-8 text; NULL and non-UTF-8 are invalid arguments.
+///
+/// # Safety
+/// A non-NULL `ptr` must point to a NUL-terminated string that lives for `'a`.
+pub(crate) unsafe fn try_str<'a>(ptr: *const c_char, what: &str) -> Result<&'a str, Error> {
+    // SAFETY: the caller's contract.
+    unsafe { try_optional_str(ptr, what) }?.ok_or_else(|| null(what))
+}
+
+/// As [`try_str`], but NULL is allowed and gives `None`.
+///
+/// # Safety
+/// As [`try_str`].
+pub(crate) unsafe fn try_optional_str<'a>(
+    ptr: *const c_char,
+    what: &str,
+) -> Result<Option<&'a str>, Error> {
+    if ptr.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: non-NULL and NUL-terminated by the caller's contract.
+    let text = unsafe { CStr::from_ptr(ptr) };
+    text.to_str()
+        .map(Some)
+        .map_err(|e| Error::invalid_argument(format!("{what} is not valid UTF-8: {e}")))
+}
+
+/// A call deadline from seconds: positive finite = that long, `INFINITY` = none; 0, negative
+/// and NaN are invalid arguments.
+pub(crate) fn try_timeout(seconds: f64) -> Result<Option<Duration>, Error> {
+    timeout_from_seconds(seconds)
+}
+
+/// A stop's grace from seconds: 0 = none, positive finite = that long, negative or `INFINITY`
+/// = unbounded; NaN is an invalid argument (Wool's worker would read it as 0, cancelling work
+/// the caller may have meant to keep).
+pub(crate) fn try_grace(seconds: f64) -> Result<Grace, Error> {
+    if seconds.is_nan() {
+        return Err(Error::invalid_argument(
+            "grace must be seconds (0, positive, negative or infinity), got NaN",
+        ));
+    }
+    Ok(Grace::from_seconds(seconds))
+}
+
+/// Moves `value` to the heap and hands it to C through `out`.
+pub(crate) fn set_boxed<T>(out: &mut *mut T, value: T) {
+    *out = Box::into_raw(Box::new(value));
+}
+
+/// Takes back a value handed out by [`set_boxed`] and drops it; NULL is a no-op.
+///
+/// # Safety
+/// A non-NULL `ptr` must come from [`set_boxed`] and not have been freed; nothing may use it
+/// afterwards.
+pub(crate) unsafe fn free_boxed<T>(ptr: *mut T) {
+    if !ptr.is_null() {
+        // SAFETY: the caller's contract.
+        drop(unsafe { Box::from_raw(ptr) });
+    }
+}
+
+fn null(what: &str) -> Error {
+    Error::invalid_argument(format!("{what} is NULL"))
+}
+
+/// The library's version as static NUL-terminated text, e.g. `"0.1.0"`. Never NULL.
+#[no_mangle]
+pub extern "C" fn wool_version() -> *const c_char {
+    ffi_panic_boundary!("wool_version", {
+        const VERSION: &CStr =
+            match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+                Ok(version) => version,
+                Err(_) => panic!("the package version holds a NUL"),
+            };
+        VERSION
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last_error() -> (String, i32) {
+        let mut buf = [0 as c_char; 256];
+        // SAFETY: `buf` has `buf.len()` writable bytes.
+        unsafe { wool_last_error(buf.as_mut_ptr(), buf.len()) };
+        // SAFETY: NUL-terminated by wool_last_error.
+        let message = unsafe { CStr::from_ptr(buf.as_ptr()) };
+        (message.to_string_lossy().into_owned(), wool_last_rpc_code())
+    }
+
+    #[test]
+    fn a_panic_becomes_wool_status_panic_with_its_message() {
+        std::thread::spawn(|| {
+            let status: wool_status = run_boundary("wool_test", || panic!("boom"));
+            assert_eq!(status, wool_status::Panic);
+            let (message, code) = last_error();
+            assert!(
+                message.starts_with("wool_test: internal error"),
+                "{message}"
+            );
+            assert!(message.ends_with("boom"), "{message}");
+            assert_eq!(code, -1);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_panic_in_the_runtimes_task_becomes_wool_status_panic() {
+        std::thread::spawn(|| {
+            let status: wool_status = run_boundary("wool_test", || {
+                runtime::block_on(async { panic!("inside the task") })?;
+                Ok(())
+            });
+            assert_eq!(status, wool_status::Panic);
+            assert!(last_error().0.contains("panicked before answering"));
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn void_and_text_functions_survive_panics_too() {
+        run_boundary::<()>("wool_test", || panic!("void"));
+        let text: *const c_char = run_boundary("wool_test", || panic!("text"));
+        assert!(!text.is_null());
+        let length: usize = run_boundary("wool_test", || panic!("length"));
+        assert_eq!(length, 0);
+        let code: i32 = run_boundary("wool_test", || panic!("code"));
+        assert_eq!(code, -1);
+    }
+
+    #[test]
+    fn failures_record_the_function_message_and_code() {
+        std::thread::spawn(|| {
+            let status: wool_status = run_boundary("wool_test", || {
+                Err(Error::invalid_argument("what went wrong"))
+            });
+            assert_eq!(status, wool_status::InvalidArgument);
+            assert_eq!(last_error(), ("wool_test: what went wrong".to_string(), -1));
+            let ok: wool_status = run_boundary("wool_test", || Ok(()));
+            assert_eq!(ok, wool_status::Ok);
+            assert_eq!(
+                last_error().0,
+                "wool_test: what went wrong",
+                "success keeps it"
+            );
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn numbers_follow_the_c_contract() {
+        assert!(try_timeout(0.0).is_err());
+        assert!(try_timeout(-1.0).is_err());
+        assert!(try_timeout(f64::NAN).is_err());
+        assert_eq!(try_timeout(f64::INFINITY).unwrap(), None);
+        assert_eq!(try_timeout(0.5).unwrap(), Some(Duration::from_millis(500)));
+        assert!(try_grace(f64::NAN).is_err());
+        assert_eq!(try_grace(0.0).unwrap(), Grace::None);
+        assert_eq!(try_grace(-1.0).unwrap(), Grace::Unbounded);
+        assert_eq!(try_grace(f64::INFINITY).unwrap(), Grace::Unbounded);
+        assert_eq!(
+            try_grace(2.5).unwrap(),
+            Grace::Within(Duration::from_millis(2500))
+        );
+    }
+}

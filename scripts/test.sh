@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs every test of libwool on a fresh machine: sets up what the tests need (the pinned Wool
+# virtual environments, Go modules), then runs each suite and prints a summary line.
+#   ./scripts/test.sh            everything
+# Environment: CARGO_TEST_ARGS (extra args for `cargo test`, e.g. a test-name filter).
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+passed=0
+failed=0
+failures=()
+suite() { # name command...
+    local name="$1"; shift
+    echo "=== $name: $*"
+    if "$@"; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        failures+=("$name")
+    fi
+}
+
+setup() {
+    ./scripts/setup-venvs.sh &&
+        # The C, Go and Python suites load target/debug/libwool.so and run wool-worker: build them first.
+        cargo build --lib --bins --examples
+}
+
+suite "setup (Wool venvs, build)" setup
+# Rust unit, integration, interop (real Wool), C harness and header tests.
+# shellcheck disable=SC2086
+suite "cargo test" cargo test --all-targets ${CARGO_TEST_ARGS:-}
+suite "doc tests" cargo test --doc
+suite "C harness under valgrind" ./scripts/valgrind-c.sh
+suite "Go binding (go test -race)" ./scripts/go-test.sh
+suite "Python binding (pytest)" ./scripts/python-test.sh -q
+
+echo
+if ((failed)); then
+    echo "failed suites: ${failures[*]}"
+fi
+echo "suites: $passed passed, $failed failed"
+((failed == 0))

@@ -1,0 +1,125 @@
+//! `wool_credentials`: `wool_credentials_from_pem`, `wool_credentials_from_files`,
+//! `wool_credentials_free`.
+
+use std::ffi::c_char;
+use std::path::Path;
+
+use super::{
+    ffi_panic_boundary, free_boxed, set_boxed, try_mut, try_optional_str, try_str, wool_status,
+};
+use crate::connection::WorkerCredentials;
+
+/// TLS credentials for reaching TLS workers: the CA the worker's certificate must chain to and,
+/// for mutual TLS, the client's certificate and key. Opaque; made by
+/// wool_credentials_from_pem or wool_credentials_from_files, released by
+/// wool_credentials_free. wool_connect copies them, so they may be freed right after.
+#[allow(non_camel_case_types)]
+pub struct wool_credentials {
+    pub(crate) inner: WorkerCredentials,
+}
+
+/// Makes credentials from PEM text (NUL-terminated) and writes them to `*out` on
+/// WOOL_STATUS_OK. The PEM is checked here, so bad PEM fails now, not on the first call.
+///
+/// - `ca_pem`: one or more CA certificates the worker's certificate must chain to.
+/// - `key_pem`, `cert_pem`: the client's private key and certificate chain, for mutual TLS;
+///   may be NULL when `mutual` is false (one-way TLS: the client only verifies the worker),
+///   and are then ignored.
+/// - `identity`: the subject-alternative name to verify the worker against instead of the
+///   dialed host; NULL or "" = the dialed host.
+///
+/// Returns WOOL_STATUS_INVALID_ARGUMENT when `ca_pem` or `out` is NULL, mutual TLS lacks the
+/// key or certificate, a text is not UTF-8, a PEM holds no certificate or key, or `identity`
+/// is not a DNS name or IP address.
+///
+/// # Safety
+/// Each text must be NULL or NUL-terminated; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn wool_credentials_from_pem(
+    ca_pem: *const c_char,
+    key_pem: *const c_char,
+    cert_pem: *const c_char,
+    mutual: bool,
+    identity: *const c_char,
+    out: *mut *mut wool_credentials,
+) -> wool_status {
+    ffi_panic_boundary!("wool_credentials_from_pem", {
+        // SAFETY (all): the caller's contract above.
+        let ca = unsafe { try_str(ca_pem, "ca_pem") }?;
+        let (key, cert) = if mutual {
+            (
+                Some(unsafe { try_str(key_pem, "key_pem") }?),
+                Some(unsafe { try_str(cert_pem, "cert_pem") }?),
+            )
+        } else {
+            (None, None)
+        };
+        let identity = unsafe { try_optional_str(identity, "identity") }?;
+        let out = unsafe { try_mut(out, "out") }?;
+        let inner = WorkerCredentials::from_pem(
+            ca.as_bytes(),
+            key.map(str::as_bytes),
+            cert.map(str::as_bytes),
+            mutual,
+            identity,
+        )?;
+        set_boxed(out, wool_credentials { inner });
+        Ok(())
+    })
+}
+
+/// As wool_credentials_from_pem, reading the PEM from files: `ca_path`, and for mutual TLS
+/// `key_path` and `cert_path` (which may be NULL when `mutual` is false). Paths are
+/// NUL-terminated UTF-8.
+///
+/// Returns WOOL_STATUS_INVALID_ARGUMENT as wool_credentials_from_pem, and when a file cannot
+/// be read (the message names it).
+///
+/// # Safety
+/// Each text must be NULL or NUL-terminated; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn wool_credentials_from_files(
+    ca_path: *const c_char,
+    key_path: *const c_char,
+    cert_path: *const c_char,
+    mutual: bool,
+    identity: *const c_char,
+    out: *mut *mut wool_credentials,
+) -> wool_status {
+    ffi_panic_boundary!("wool_credentials_from_files", {
+        // SAFETY (all): the caller's contract above.
+        let ca = unsafe { try_str(ca_path, "ca_path") }?;
+        let (key, cert) = if mutual {
+            (
+                Some(unsafe { try_str(key_path, "key_path") }?),
+                Some(unsafe { try_str(cert_path, "cert_path") }?),
+            )
+        } else {
+            (None, None)
+        };
+        let identity = unsafe { try_optional_str(identity, "identity") }?;
+        let out = unsafe { try_mut(out, "out") }?;
+        let inner = WorkerCredentials::from_files(
+            Path::new(ca),
+            key.map(Path::new),
+            cert.map(Path::new),
+            mutual,
+            identity,
+        )?;
+        set_boxed(out, wool_credentials { inner });
+        Ok(())
+    })
+}
+
+/// Releases credentials. NULL is a no-op. Connections made with them keep their own copy.
+///
+/// # Safety
+/// `credentials` must be NULL or from wool_credentials_from_* and not yet freed; it is invalid
+/// afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn wool_credentials_free(credentials: *mut wool_credentials) {
+    ffi_panic_boundary!("wool_credentials_free", {
+        // SAFETY: the caller's contract above.
+        unsafe { free_boxed(credentials) }
+    })
+}

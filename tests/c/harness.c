@@ -1,0 +1,689 @@
+/*
+ * harness.c: the C test program for libwool's C API (include/wool.h).
+ *
+ * `harness CASE ARGS...` runs one case and exits 0 when every check holds; a failed check
+ * prints where and why (with the status name and the last error) and exits 1. tests/c_api.rs
+ * builds it, arranges each case's world (real wool-worker processes, throwaway PKI, a worker
+ * without idle, an address nobody listens on) and runs it, also under valgrind.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "wool.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- checks ---------------------------------------------------------------------------- */
+
+static void print_last_error(void) {
+    char message[512];
+    size_t length = wool_last_error(message, sizeof message);
+    fprintf(stderr, "    last error (%zu bytes, rpc code %d): %s\n", length, (int)wool_last_rpc_code(),
+            length ? message : "(none)");
+}
+
+#define CHECK(condition)                                                                      \
+    do {                                                                                      \
+        if (!(condition)) {                                                                   \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #condition);     \
+            print_last_error();                                                               \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+#define CHECK_STATUS(call, expected)                                                          \
+    do {                                                                                      \
+        wool_status got_ = (call);                                                            \
+        if (got_ != (expected)) {                                                             \
+            fprintf(stderr, "%s:%d: %s\n    gave %s, expected %s\n", __FILE__, __LINE__, #call, \
+                    wool_status_name(got_), wool_status_name(expected));                      \
+            print_last_error();                                                               \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+/* The last error's message, copied (static buffer). */
+static const char *last_error(void) {
+    static char message[1024];
+    wool_last_error(message, sizeof message);
+    return message;
+}
+
+/*
+ * A refused call: WOOL_STATUS_INVALID_ARGUMENT, no gRPC code, and a message set by this very
+ * call (it mentions `about`, which the previous failure's message did not).
+ */
+static void expect_invalid(int line, wool_status status, const char *about) {
+    if (status != WOOL_STATUS_INVALID_ARGUMENT) {
+        fprintf(stderr, "harness.c:%d: gave %s, expected WOOL_STATUS_INVALID_ARGUMENT\n", line,
+                wool_status_name(status));
+        print_last_error();
+        exit(1);
+    }
+    if (wool_last_rpc_code() != -1 || strstr(last_error(), about) == NULL) {
+        fprintf(stderr, "harness.c:%d: expected rpc code -1 and a message about \"%s\"\n", line,
+                about);
+        print_last_error();
+        exit(1);
+    }
+}
+#define EXPECT_INVALID(call, about) expect_invalid(__LINE__, (call), (about))
+
+/* Seconds on the monotonic clock. */
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void sleep_seconds(double seconds) {
+    struct timespec t = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    nanosleep(&t, NULL);
+}
+
+/* A file's whole content, NUL-terminated, malloc'd. */
+static char *read_file(const char *path) {
+    FILE *file = fopen(path, "rb");
+    CHECK(file != NULL);
+    CHECK(fseek(file, 0, SEEK_END) == 0);
+    long size = ftell(file);
+    CHECK(size >= 0);
+    rewind(file);
+    char *text = malloc((size_t)size + 1);
+    CHECK(text != NULL);
+    CHECK(fread(text, 1, (size_t)size, file) == (size_t)size);
+    text[size] = '\0';
+    fclose(file);
+    return text;
+}
+
+static wool_connection *connect_plaintext(const char *target) {
+    wool_connection *conn = NULL;
+    CHECK_STATUS(wool_connect(target, NULL, &conn), WOOL_STATUS_OK);
+    CHECK(conn != NULL);
+    return conn;
+}
+
+/* A mutual-TLS connection from PEM files: (ca, cert, key). */
+static wool_connection *connect_mutual(const char *target, const char *ca, const char *cert,
+                                       const char *key) {
+    wool_credentials *credentials = NULL;
+    CHECK_STATUS(wool_credentials_from_files(ca, key, cert, true, NULL, &credentials),
+                 WOOL_STATUS_OK);
+    wool_connection *conn = NULL;
+    CHECK_STATUS(wool_connect(target, credentials, &conn), WOOL_STATUS_OK);
+    wool_credentials_free(credentials); /* the handle keeps its own copy */
+    return conn;
+}
+
+/* ---- cases ----------------------------------------------------------------------------- */
+
+/* names VERSION: status names, version, and the last error before any failure. */
+static int case_names(int argc, char **argv) {
+    CHECK(argc == 1);
+    CHECK(strcmp(wool_version(), argv[0]) == 0);
+
+    /* Given no failure yet on this thread, then there is no last error. */
+    char buf[16];
+    memset(buf, 'x', sizeof buf);
+    CHECK(wool_last_error(NULL, 0) == 0);
+    CHECK(wool_last_error(buf, sizeof buf) == 0);
+    CHECK(buf[0] == '\0');
+    CHECK(wool_last_rpc_code() == -1);
+
+    static const char *const names[] = {
+        "WOOL_STATUS_OK",        "WOOL_STATUS_INVALID_ARGUMENT", "WOOL_STATUS_IDLE_UNAVAILABLE",
+        "WOOL_STATUS_TRANSIENT", "WOOL_STATUS_HANDSHAKE",        "WOOL_STATUS_RPC_ERROR",
+        "WOOL_STATUS_PANIC",
+    };
+    for (int value = 0; value <= 6; value++) {
+        CHECK(strcmp(wool_status_name((wool_status)value), names[value]) == 0);
+    }
+    CHECK(strcmp(wool_status_name(WOOL_STATUS_TRANSIENT), "WOOL_STATUS_TRANSIENT") == 0);
+    /* Values that are no wool_status: never NULL, always "WOOL_STATUS_UNKNOWN". */
+    const int unknown[] = {7, 8, 100, -1, 0x7fffffff, (int)0x80000000u};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        const char *name = wool_status_name((wool_status)unknown[i]);
+        CHECK(name != NULL && strcmp(name, "WOOL_STATUS_UNKNOWN") == 0);
+    }
+
+    /* Freeing NULL is a no-op. */
+    wool_free(NULL);
+    wool_credentials_free(NULL);
+    CHECK(wool_last_error(NULL, 0) == 0);
+    return 0;
+}
+
+/*
+ * invalid WORKER CA CERT KEY SCRATCH_DIR: every bad input is refused before any I/O, leaves
+ * *out untouched, sets a message and no gRPC code; and the worker keeps running through it.
+ */
+static int case_invalid(int argc, char **argv) {
+    CHECK(argc == 5);
+    const char *worker = argv[0], *ca_path = argv[1], *cert_path = argv[2], *key_path = argv[3];
+    const char *scratch = argv[4];
+
+    /* wool_connect: NULL target and out, non-UTF-8, empty and malformed targets. */
+    wool_connection *const untouched_conn = (wool_connection *)&untouched_conn;
+    wool_connection *conn = untouched_conn;
+    EXPECT_INVALID(wool_connect(NULL, NULL, &conn), "target is NULL");
+    CHECK(conn == untouched_conn);
+    EXPECT_INVALID(wool_connect(worker, NULL, NULL), "out is NULL");
+    EXPECT_INVALID(wool_connect("\xff\xfe:50051", NULL, &conn), "UTF-8");
+    EXPECT_INVALID(wool_connect("", NULL, &conn), "empty");
+    EXPECT_INVALID(wool_connect("127.0.0.1:99999", NULL, &conn), "1-65535");
+    static const char *const malformed[] = {
+        "localhost", "localhost:", ":50051", "127.0.0.1:0", "127.0.0.1:-1", "127.0.0.1:5x",
+        "http://127.0.0.1:1", "host name:1", "::1:50051", "ipv4:localhost:1", "unix:",
+    };
+    for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++) {
+        EXPECT_INVALID(wool_connect(malformed[i], NULL, &conn), "invalid target");
+    }
+    CHECK(conn == untouched_conn);
+
+    /* wool_idle / wool_stop: NULL conn or out, bad timeouts, NaN grace. */
+    conn = connect_plaintext(worker);
+    double seconds = 12345.0;
+    EXPECT_INVALID(wool_idle(NULL, 5.0, &seconds), "conn is NULL");
+    EXPECT_INVALID(wool_idle(conn, 5.0, NULL), "out_seconds is NULL");
+    const double bad_timeouts[] = {0.0, -0.0, -1.0, NAN, -INFINITY};
+    for (size_t i = 0; i < sizeof bad_timeouts / sizeof bad_timeouts[0]; i++) {
+        EXPECT_INVALID(wool_idle(conn, bad_timeouts[i], &seconds), "timeout");
+        EXPECT_INVALID(wool_stop(conn, 0.0, bad_timeouts[i]), "timeout");
+    }
+    CHECK(seconds == 12345.0);
+    EXPECT_INVALID(wool_stop(NULL, 0.0, 5.0), "conn is NULL");
+    EXPECT_INVALID(wool_stop(conn, NAN, 5.0), "grace");
+
+    /* Credentials: NULL and non-UTF-8 text, garbage PEM, missing parts, a bad identity. */
+    char *ca = read_file(ca_path), *cert = read_file(cert_path), *key = read_file(key_path);
+    wool_credentials *const untouched_credentials = (wool_credentials *)&untouched_credentials;
+    wool_credentials *credentials = untouched_credentials;
+    EXPECT_INVALID(wool_credentials_from_pem(NULL, key, cert, true, NULL, &credentials),
+                   "ca_pem is NULL");
+    EXPECT_INVALID(wool_credentials_from_pem(ca, key, cert, true, NULL, NULL), "out is NULL");
+    EXPECT_INVALID(wool_credentials_from_pem("\xff\xfe", NULL, NULL, false, NULL, &credentials),
+                   "UTF-8");
+    EXPECT_INVALID(wool_credentials_from_pem("garbage, not PEM", NULL, NULL, false, NULL,
+                                             &credentials),
+                   "CA PEM");
+    EXPECT_INVALID(wool_credentials_from_pem(ca, "garbage", cert, true, NULL, &credentials),
+                   "key");
+    EXPECT_INVALID(wool_credentials_from_pem(ca, key, "garbage", true, NULL, &credentials),
+                   "client certificate");
+    EXPECT_INVALID(wool_credentials_from_pem(ca, NULL, cert, true, NULL, &credentials),
+                   "key_pem is NULL");
+    EXPECT_INVALID(wool_credentials_from_pem(ca, key, NULL, true, NULL, &credentials),
+                   "cert_pem is NULL");
+    EXPECT_INVALID(wool_credentials_from_pem(ca, NULL, NULL, false, "not a name!", &credentials),
+                   "identity");
+    EXPECT_INVALID(wool_credentials_from_pem(ca, NULL, NULL, false, "\xc3\x28", &credentials),
+                   "identity is not valid UTF-8");
+
+    char missing[4096], garbage[4096];
+    snprintf(missing, sizeof missing, "%s/no-such-file.pem", scratch);
+    snprintf(garbage, sizeof garbage, "%s/garbage.pem", scratch);
+    FILE *file = fopen(garbage, "w");
+    CHECK(file != NULL);
+    fputs("-----BEGIN CERTIFICATE-----\nnot base64 at all!\n-----END CERTIFICATE-----\n", file);
+    fclose(file);
+    EXPECT_INVALID(wool_credentials_from_files(NULL, NULL, NULL, false, NULL, &credentials),
+                   "ca_path is NULL");
+    EXPECT_INVALID(wool_credentials_from_files(missing, NULL, NULL, false, NULL, &credentials),
+                   "no-such-file.pem");
+    EXPECT_INVALID(wool_credentials_from_files(ca_path, missing, cert_path, true, NULL,
+                                               &credentials),
+                   "no-such-file.pem");
+    EXPECT_INVALID(wool_credentials_from_files(garbage, NULL, NULL, false, NULL, &credentials),
+                   "CA PEM");
+    EXPECT_INVALID(wool_credentials_from_files(ca_path, NULL, cert_path, true, NULL,
+                                               &credentials),
+                   "key_path is NULL");
+    EXPECT_INVALID(wool_credentials_from_files("\xff.pem", NULL, NULL, false, NULL, &credentials),
+                   "UTF-8");
+    EXPECT_INVALID(wool_credentials_from_files(ca_path, key_path, cert_path, true, NULL, NULL),
+                   "out is NULL");
+    CHECK(credentials == untouched_credentials);
+
+    /* One-way credentials need no key or certificate (they are ignored when given). */
+    CHECK_STATUS(wool_credentials_from_pem(ca, NULL, NULL, false, "", &credentials),
+                 WOOL_STATUS_OK);
+    wool_credentials_free(credentials);
+    CHECK_STATUS(wool_credentials_from_pem(ca, "ignored", "ignored", false, "localhost",
+                                           &credentials),
+                 WOOL_STATUS_OK);
+    wool_credentials_free(credentials);
+
+    /* A success does not clear the last error; the refused calls sent nothing: the worker runs. */
+    EXPECT_INVALID(wool_stop(conn, NAN, 5.0), "grace");
+    char before[1024];
+    snprintf(before, sizeof before, "%s", last_error());
+    CHECK_STATUS(wool_idle(conn, 5.0, &seconds), WOOL_STATUS_OK);
+    CHECK(seconds >= 0.0 && seconds != 12345.0);
+    CHECK(strcmp(last_error(), before) == 0);
+    CHECK(wool_last_rpc_code() == -1);
+
+    free(ca);
+    free(cert);
+    free(key);
+    wool_free(conn);
+    return 0;
+}
+
+/* last-error: wool_last_error copies a truncated, NUL-terminated message; returns its length. */
+static int case_last_error(int argc, char **argv) {
+    (void)argv;
+    CHECK(argc == 0);
+    wool_connection *conn = NULL;
+    EXPECT_INVALID(wool_connect("", NULL, &conn), "empty");
+    const char *expected = "wool_connect: invalid target \"\": empty";
+    size_t length = strlen(expected);
+
+    char buf[128];
+    CHECK(wool_last_error(NULL, 0) == length);
+    CHECK(wool_last_error(buf, sizeof buf) == length);
+    CHECK(strcmp(buf, expected) == 0);
+
+    memset(buf, 'x', sizeof buf);
+    CHECK(wool_last_error(buf, length + 1) == length); /* exactly fits */
+    CHECK(strcmp(buf, expected) == 0);
+
+    memset(buf, 'x', sizeof buf);
+    CHECK(wool_last_error(buf, length) == length); /* one short: the last byte is cut */
+    CHECK(strlen(buf) == length - 1 && strncmp(buf, expected, length - 1) == 0);
+
+    memset(buf, 'x', sizeof buf);
+    CHECK(wool_last_error(buf, 5) == length);
+    CHECK(strcmp(buf, "wool") == 0 && buf[5] == 'x'); /* nothing written past len */
+
+    memset(buf, 'x', sizeof buf);
+    CHECK(wool_last_error(buf, 1) == length);
+    CHECK(buf[0] == '\0' && buf[1] == 'x');
+
+    memset(buf, 'x', sizeof buf);
+    CHECK(wool_last_error(buf, 0) == length);
+    CHECK(buf[0] == 'x'); /* len 0: nothing written */
+    CHECK(wool_last_rpc_code() == -1);
+    return 0;
+}
+
+/* idle-accrues WORKER: a worker with nothing to do reports idle seconds that grow. */
+static int case_idle_accrues(int argc, char **argv) {
+    CHECK(argc == 1);
+    wool_connection *conn = connect_plaintext(argv[0]);
+    double first = -1.0, second = -1.0;
+    CHECK_STATUS(wool_idle(conn, 5.0, &first), WOOL_STATUS_OK);
+    sleep_seconds(0.3);
+    CHECK_STATUS(wool_idle(conn, INFINITY, &second), WOOL_STATUS_OK); /* INFINITY: no deadline */
+    printf("idle-accrues: %.3f s, then %.3f s\n", first, second);
+    CHECK(first > 0.0);
+    CHECK(second - first >= 0.29);
+    wool_free(conn);
+    return 0;
+}
+
+/*
+ * in-flight WORKER: while a task is in flight (tests/c_api.rs dispatches one), idle is exactly
+ * 0.0; once it has finished, idle rises.
+ */
+static int case_in_flight(int argc, char **argv) {
+    CHECK(argc == 1);
+    wool_connection *conn = connect_plaintext(argv[0]);
+    double seconds = -1.0;
+    for (int i = 0; i < 5; i++) {
+        CHECK_STATUS(wool_idle(conn, 5.0, &seconds), WOOL_STATUS_OK);
+        CHECK(seconds == 0.0);
+        sleep_seconds(0.02);
+    }
+    printf("in-flight: idle read exactly 0.0 five times while the task ran\n");
+    double deadline = now() + 60.0;
+    while (seconds == 0.0 && now() < deadline) {
+        sleep_seconds(0.05);
+        CHECK_STATUS(wool_idle(conn, 5.0, &seconds), WOOL_STATUS_OK);
+    }
+    CHECK(seconds > 0.0);
+    double later = -1.0;
+    sleep_seconds(0.1);
+    CHECK_STATUS(wool_idle(conn, 5.0, &later), WOOL_STATUS_OK);
+    printf("in-flight: after the task, idle %.3f s, then %.3f s\n", seconds, later);
+    CHECK(later > seconds);
+    wool_free(conn);
+    return 0;
+}
+
+/* stop WORKER: wool_stop retires the worker; calls after it are WOOL_STATUS_TRANSIENT. */
+static int case_stop(int argc, char **argv) {
+    CHECK(argc == 1);
+    wool_connection *conn = connect_plaintext(argv[0]);
+    CHECK_STATUS(wool_stop(conn, 0.0, 10.0), WOOL_STATUS_OK);
+    /* The worker answers the stop just before it closes its listener and connections, so an
+     * idle racing that close may still be answered once; it must turn transient at once. */
+    double seconds = 12345.0;
+    wool_status status = WOOL_STATUS_OK;
+    int answered = 0;
+    for (; answered < 50; answered++) {
+        status = wool_idle(conn, 2.0, &seconds);
+        if (status != WOOL_STATUS_OK) break;
+        sleep_seconds(0.02);
+    }
+    CHECK_STATUS(status, WOOL_STATUS_TRANSIENT);
+    CHECK(wool_last_rpc_code() == 14); /* UNAVAILABLE */
+    CHECK(strlen(last_error()) > 0);
+    if (answered == 0) CHECK(seconds == 12345.0);
+    CHECK_STATUS(wool_stop(conn, 0.0, 2.0), WOOL_STATUS_TRANSIENT);
+    printf("stop: stopped; idle then gave %s (code %d) after %d late answer(s): %s\n",
+           wool_status_name(status), (int)wool_last_rpc_code(), answered, last_error());
+    wool_free(conn);
+    return 0;
+}
+
+/* unimplemented WORKER: a worker without idle gives IDLE_UNAVAILABLE with code 12. */
+static int case_unimplemented(int argc, char **argv) {
+    CHECK(argc == 1);
+    wool_connection *conn = connect_plaintext(argv[0]);
+    double seconds = 12345.0;
+    CHECK_STATUS(wool_idle(conn, 5.0, &seconds), WOOL_STATUS_IDLE_UNAVAILABLE);
+    CHECK(wool_last_rpc_code() == 12); /* UNIMPLEMENTED */
+    CHECK(seconds == 12345.0);
+    CHECK(strlen(last_error()) > 0);
+    printf("unimplemented: idle gave %s (code 12): %s\n",
+           wool_status_name(WOOL_STATUS_IDLE_UNAVAILABLE), last_error());
+    /* Such a worker still obeys stop. */
+    CHECK_STATUS(wool_stop(conn, 0.0, 5.0), WOOL_STATUS_OK);
+    wool_free(conn);
+    return 0;
+}
+
+/* unreachable ADDRESS: nobody listens there: TRANSIENT with code 14, for idle and stop. */
+static int case_unreachable(int argc, char **argv) {
+    CHECK(argc == 1);
+    wool_connection *conn = connect_plaintext(argv[0]); /* no I/O: succeeds */
+    double seconds = 12345.0;
+    CHECK_STATUS(wool_idle(conn, 5.0, &seconds), WOOL_STATUS_TRANSIENT);
+    CHECK(wool_last_rpc_code() == 14); /* UNAVAILABLE */
+    CHECK(seconds == 12345.0);
+    printf("unreachable: idle gave WOOL_STATUS_TRANSIENT (code 14): %s\n", last_error());
+    CHECK_STATUS(wool_stop(conn, 0.0, 5.0), WOOL_STATUS_TRANSIENT);
+    CHECK(wool_last_rpc_code() == 14);
+    wool_free(conn);
+    return 0;
+}
+
+/* deadline ADDRESS: a peer that never answers: the local deadline gives TRANSIENT, code 4. */
+static int case_deadline(int argc, char **argv) {
+    CHECK(argc == 1);
+    wool_connection *conn = connect_plaintext(argv[0]);
+    double seconds = 12345.0, started = now();
+    CHECK_STATUS(wool_idle(conn, 0.2, &seconds), WOOL_STATUS_TRANSIENT);
+    double took = now() - started;
+    CHECK(wool_last_rpc_code() == 4); /* DEADLINE_EXCEEDED */
+    CHECK(seconds == 12345.0);
+    CHECK(took >= 0.19 && took < 30.0);
+    printf("deadline: idle gave up after %.3f s: %s\n", took, last_error());
+    wool_free(conn);
+    return 0;
+}
+
+/* threads WORKER: 16 threads share one handle; each thread's last error is its own. */
+enum { THREADS = 16, CALLS_PER_THREAD = 10 };
+
+struct shared {
+    const wool_connection *conn;
+    int failures;
+    pthread_mutex_t lock;
+};
+
+static void *poll_shared_handle(void *arg) {
+    struct shared *shared = arg;
+    int failures = 0;
+    for (int i = 0; i < CALLS_PER_THREAD; i++) {
+        double seconds = -1.0;
+        if (wool_idle(shared->conn, 10.0, &seconds) != WOOL_STATUS_OK || seconds < 0.0) failures++;
+    }
+    /* A failure on this thread is seen by this thread only. */
+    if (wool_idle(shared->conn, NAN, NULL) != WOOL_STATUS_INVALID_ARGUMENT) failures++;
+    if (strstr(last_error(), "out_seconds is NULL") == NULL) failures++;
+    pthread_mutex_lock(&shared->lock);
+    shared->failures += failures;
+    pthread_mutex_unlock(&shared->lock);
+    return NULL;
+}
+
+static int case_threads(int argc, char **argv) {
+    CHECK(argc == 1);
+    wool_connection *conn = NULL;
+    EXPECT_INVALID(wool_connect("", NULL, &conn), "empty"); /* this thread's own last error */
+    conn = connect_plaintext(argv[0]);
+    struct shared shared = {conn, 0, PTHREAD_MUTEX_INITIALIZER};
+    pthread_t threads[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        CHECK(pthread_create(&threads[i], NULL, poll_shared_handle, &shared) == 0);
+    }
+    for (int i = 0; i < THREADS; i++) CHECK(pthread_join(threads[i], NULL) == 0);
+    CHECK(shared.failures == 0);
+    CHECK(strstr(last_error(), "empty") != NULL); /* untouched by the other threads' failures */
+    printf("threads: %d threads x %d idle calls on one handle, all OK\n", THREADS,
+           CALLS_PER_THREAD);
+    wool_free(conn);
+    pthread_mutex_destroy(&shared.lock);
+    return 0;
+}
+
+/* mtls WORKER CA CERT KEY: mutual TLS with the right credentials, from files and from PEM. */
+static int case_mtls(int argc, char **argv) {
+    CHECK(argc == 4);
+    const char *worker = argv[0], *ca_path = argv[1], *cert_path = argv[2], *key_path = argv[3];
+    double seconds = -1.0;
+
+    wool_connection *from_files = connect_mutual(worker, ca_path, cert_path, key_path);
+    CHECK_STATUS(wool_idle(from_files, 10.0, &seconds), WOOL_STATUS_OK);
+    CHECK(seconds >= 0.0);
+    wool_free(from_files);
+
+    char *ca = read_file(ca_path), *cert = read_file(cert_path), *key = read_file(key_path);
+    wool_credentials *credentials = NULL;
+    CHECK_STATUS(wool_credentials_from_pem(ca, key, cert, true, "localhost", &credentials),
+                 WOOL_STATUS_OK);
+    wool_connection *from_pem = NULL;
+    CHECK_STATUS(wool_connect(worker, credentials, &from_pem), WOOL_STATUS_OK);
+    wool_credentials_free(credentials);
+    CHECK_STATUS(wool_idle(from_pem, 10.0, &seconds), WOOL_STATUS_OK);
+    wool_free(from_pem);
+
+    /* An identity the worker's certificate does not carry: this client refuses the worker. */
+    CHECK_STATUS(wool_credentials_from_pem(ca, key, cert, true, "wrong.example", &credentials),
+                 WOOL_STATUS_OK);
+    wool_connection *wrong_name = NULL;
+    CHECK_STATUS(wool_connect(worker, credentials, &wrong_name), WOOL_STATUS_OK);
+    wool_credentials_free(credentials);
+    CHECK_STATUS(wool_idle(wrong_name, 10.0, &seconds), WOOL_STATUS_HANDSHAKE);
+    printf("mtls: idle OK over mutual TLS; a wrong identity gave WOOL_STATUS_HANDSHAKE: %s\n",
+           last_error());
+    wool_free(wrong_name);
+    free(ca);
+    free(cert);
+    free(key);
+    return 0;
+}
+
+/* wrong-ca WORKER OTHER_CA CERT KEY: a client trusting another CA refuses the worker. */
+static int case_wrong_ca(int argc, char **argv) {
+    CHECK(argc == 4);
+    wool_connection *conn = connect_mutual(argv[0], argv[1], argv[2], argv[3]);
+    double seconds = 12345.0;
+    CHECK_STATUS(wool_idle(conn, 10.0, &seconds), WOOL_STATUS_HANDSHAKE);
+    CHECK(seconds == 12345.0);
+    CHECK(strlen(last_error()) > 0);
+    printf("wrong-ca: WOOL_STATUS_HANDSHAKE (code %d): %s\n", (int)wool_last_rpc_code(),
+           last_error());
+    CHECK_STATUS(wool_stop(conn, 0.0, 10.0), WOOL_STATUS_HANDSHAKE);
+    wool_free(conn);
+    return 0;
+}
+
+/*
+ * plaintext-stop WORKER CA CERT KEY: a plaintext wool_stop against a mutual-TLS worker is
+ * refused, and the worker keeps running: it still answers idle over mutual TLS.
+ */
+static int case_plaintext_stop(int argc, char **argv) {
+    CHECK(argc == 4);
+    wool_connection *plain = connect_plaintext(argv[0]);
+    wool_status status = wool_stop(plain, 0.0, 10.0);
+    CHECK(status != WOOL_STATUS_OK);
+    printf("plaintext-stop: refused with %s (code %d): %s\n", wool_status_name(status),
+           (int)wool_last_rpc_code(), last_error());
+    double seconds = -1.0;
+    CHECK(wool_idle(plain, 10.0, &seconds) != WOOL_STATUS_OK);
+    wool_free(plain);
+
+    wool_connection *mutual = connect_mutual(argv[0], argv[1], argv[2], argv[3]);
+    CHECK_STATUS(wool_idle(mutual, 10.0, &seconds), WOOL_STATUS_OK);
+    CHECK(seconds >= 0.0);
+    printf("plaintext-stop: the worker still answers over mutual TLS (idle %.3f s)\n", seconds);
+    wool_free(mutual);
+    return 0;
+}
+
+/*
+ * sigpipe WORKER CA CERT KEY ROUNDS: a host with the default SIGPIPE disposition (not ignored,
+ * not blocked) is refused by a mutual-TLS worker that rejects its certificate, ROUNDS times.
+ * It must see HANDSHAKE or TRANSIENT each time and live: never die of SIGPIPE (status 141).
+ */
+static int case_sigpipe(int argc, char **argv) {
+    CHECK(argc == 5);
+    struct sigaction deflt;
+    memset(&deflt, 0, sizeof deflt);
+    deflt.sa_handler = SIG_DFL;
+    CHECK(sigaction(SIGPIPE, &deflt, NULL) == 0);
+    sigset_t unblock;
+    sigemptyset(&unblock);
+    sigaddset(&unblock, SIGPIPE);
+    CHECK(pthread_sigmask(SIG_UNBLOCK, &unblock, NULL) == 0);
+
+    int rounds = atoi(argv[4]), handshake = 0, transient = 0;
+    for (int i = 0; i < rounds; i++) {
+        wool_connection *conn = connect_mutual(argv[0], argv[1], argv[2], argv[3]);
+        double seconds = 12345.0;
+        wool_status status = wool_idle(conn, 10.0, &seconds);
+        CHECK(status == WOOL_STATUS_HANDSHAKE || status == WOOL_STATUS_TRANSIENT);
+        CHECK(seconds == 12345.0);
+        if (status == WOOL_STATUS_HANDSHAKE) handshake++; else transient++;
+        status = wool_stop(conn, 0.0, 10.0);
+        CHECK(status == WOOL_STATUS_HANDSHAKE || status == WOOL_STATUS_TRANSIENT);
+        wool_free(conn);
+    }
+    printf("sigpipe: alive after %d rejected rounds (idle: %d handshake, %d transient); "
+           "last: %s\n",
+           rounds, handshake, transient, last_error());
+    return 0;
+}
+
+/*
+ * fork WORKER: a child forked after the library was used cannot use it (the runtime's threads
+ * did not survive fork()): its calls are refused at once instead of waiting forever.
+ */
+static int case_fork(int argc, char **argv) {
+    CHECK(argc == 1);
+    wool_connection *conn = connect_plaintext(argv[0]);
+    double seconds = -1.0;
+    CHECK_STATUS(wool_idle(conn, 5.0, &seconds), WOOL_STATUS_OK);
+    fflush(NULL);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        alarm(10); /* a hang fails the check below as death by SIGALRM */
+        double untouched = 12345.0;
+        wool_status status = wool_idle(conn, 5.0, &untouched);
+        int ok = status == WOOL_STATUS_INVALID_ARGUMENT && untouched == 12345.0 &&
+                 strstr(last_error(), "fork") != NULL &&
+                 wool_stop(conn, 0.0, 5.0) == WOOL_STATUS_INVALID_ARGUMENT;
+        if (!ok) {
+            fprintf(stderr, "fork child: got %s\n", wool_status_name(status));
+            print_last_error();
+        }
+        _exit(ok ? 0 : 1);
+    }
+    int child_status = 0;
+    CHECK(waitpid(child, &child_status, 0) == child);
+    CHECK(WIFEXITED(child_status) && WEXITSTATUS(child_status) == 0);
+    CHECK_STATUS(wool_idle(conn, 5.0, &seconds), WOOL_STATUS_OK); /* the parent is unaffected */
+    printf("fork: the child's calls were refused at once; the parent still polls\n");
+    wool_free(conn);
+    return 0;
+}
+
+/* one-way WORKER CA: one-way TLS: the client verifies the worker and presents nothing. */
+static int case_one_way(int argc, char **argv) {
+    CHECK(argc == 2);
+    wool_credentials *credentials = NULL;
+    CHECK_STATUS(wool_credentials_from_files(argv[1], NULL, NULL, false, NULL, &credentials),
+                 WOOL_STATUS_OK);
+    wool_connection *conn = NULL;
+    CHECK_STATUS(wool_connect(argv[0], credentials, &conn), WOOL_STATUS_OK);
+    wool_credentials_free(credentials);
+    double seconds = -1.0;
+    CHECK_STATUS(wool_idle(conn, 10.0, &seconds), WOOL_STATUS_OK);
+    CHECK(seconds >= 0.0);
+    printf("one-way: idle %.3f s over one-way TLS\n", seconds);
+    wool_free(conn);
+    return 0;
+}
+
+/* stop-grace WORKER GRACE: wool_stop with this grace (no deadline); prints how long it took. */
+static int case_stop_grace(int argc, char **argv) {
+    CHECK(argc == 2);
+    char *end = NULL;
+    double grace = strtod(argv[1], &end);
+    CHECK(end != argv[1] && *end == '\0');
+    wool_connection *conn = connect_plaintext(argv[0]);
+    double started = now();
+    CHECK_STATUS(wool_stop(conn, grace, INFINITY), WOOL_STATUS_OK);
+    printf("stop-grace: wool_stop(grace %g) answered after %.3f s\n", grace, now() - started);
+    wool_free(conn);
+    return 0;
+}
+
+struct named_case {
+    const char *name;
+    int (*run)(int argc, char **argv);
+};
+
+static const struct named_case cases[] = {
+    {"names", case_names},
+    {"invalid", case_invalid},
+    {"last-error", case_last_error},
+    {"idle-accrues", case_idle_accrues},
+    {"in-flight", case_in_flight},
+    {"stop", case_stop},
+    {"unimplemented", case_unimplemented},
+    {"unreachable", case_unreachable},
+    {"deadline", case_deadline},
+    {"threads", case_threads},
+    {"mtls", case_mtls},
+    {"wrong-ca", case_wrong_ca},
+    {"plaintext-stop", case_plaintext_stop},
+    {"sigpipe", case_sigpipe},
+    {"fork", case_fork},
+    {"one-way", case_one_way},
+    {"stop-grace", case_stop_grace},
+};
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc >= 2) {
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            if (strcmp(argv[1], cases[i].name) == 0) return cases[i].run(argc - 2, argv + 2);
+        }
+    }
+    fprintf(stderr, "usage: harness CASE ARGS...; cases:");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) fprintf(stderr, " %s", cases[i].name);
+    fprintf(stderr, "\n");
+    return 2;
+}

@@ -1,0 +1,711 @@
+//! The C API, from C: builds `tests/c/contract.c` and `tests/c/harness.c` against `include/wool.h`
+//! and `libwool.so`, arranges each case's world (real `wool-worker` processes, throwaway PKI, a
+//! worker without `idle`, an address nobody listens on, a peer that never answers) and runs one
+//! harness case per test. Plus the C API called from Rust threads that run inside tokio runtimes.
+//!
+//! `WOOL_VALGRIND=1` runs every C program under valgrind (no definite leaks, no invalid reads or
+//! writes, or the test fails; see `suppressions` for the only errors it lets pass):
+//! `scripts/valgrind-c.sh`. `CC` picks the C compiler (default `cc`).
+
+mod common;
+
+use std::ffi::{c_char, CStr, CString};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::{Pki, WorkerProcess};
+use wool::ffi::{
+    wool_connect, wool_connection, wool_free, wool_idle, wool_last_error, wool_last_rpc_code,
+    wool_status, wool_stop,
+};
+use wool::WorkerConnection;
+
+// ---- building and running the C programs ----------------------------------------------------
+
+fn under_valgrind() -> bool {
+    std::env::var_os("WOOL_VALGRIND").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// How long a task must stay in flight for a freshly started C program to see it: valgrind
+/// makes a C program's first call take seconds (it instruments the whole library first).
+fn task_seconds(normally: f64) -> f64 {
+    if under_valgrind() {
+        15.0
+    } else {
+        normally
+    }
+}
+
+/// The directory holding the `libwool.so` that cargo built for this test run.
+fn library_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let deps = exe
+        .parent()
+        .expect("the test lives in target/<profile>/deps");
+    for dir in [deps, deps.parent().unwrap_or(deps)] {
+        if dir.join("libwool.so").is_file() {
+            return dir.to_path_buf();
+        }
+    }
+    panic!("no libwool.so next to {}", exe.display());
+}
+
+/// Compiles `<source>` (relative to the repository) against `include/wool.h` and `libwool.so`
+/// (strict warnings, as errors) into the cargo target's temporary directory; returns the
+/// program's path.
+fn compile(source: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-api");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let name = Path::new(source).file_stem().expect("a C source file");
+    let program = out_dir.join(name);
+    let lib = library_dir();
+    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let output = Command::new(&compiler)
+        .args([
+            "-std=c11",
+            "-g",
+            "-O1",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+        ])
+        .arg("-I")
+        .arg(root.join("include"))
+        .arg(root.join(source))
+        .arg("-o")
+        .arg(&program)
+        .arg("-L")
+        .arg(&lib)
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .args(["-lwool", "-lpthread", "-lm"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler {compiler:?}: {e}"));
+    assert!(
+        output.status.success(),
+        "compiling {source} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    program
+}
+
+fn harness() -> &'static Path {
+    static HARNESS: OnceLock<PathBuf> = OnceLock::new();
+    HARNESS.get_or_init(|| compile("tests/c/harness.c"))
+}
+
+fn poll_then_retire() -> &'static Path {
+    static EXAMPLE: OnceLock<PathBuf> = OnceLock::new();
+    EXAMPLE.get_or_init(|| compile("examples/c/poll_then_retire.c"))
+}
+
+/// Runs a C program, under valgrind when asked; its output.
+fn run_program(program: &Path, args: &[&str]) -> Output {
+    run_program_with(program, args, under_valgrind())
+}
+
+fn run_program_with(program: &Path, args: &[&str], valgrind: bool) -> Output {
+    let mut command = if valgrind {
+        let mut command = Command::new("valgrind");
+        command.args([
+            "--quiet",
+            "--error-exitcode=97",
+            "--leak-check=full",
+            "--errors-for-leak-kinds=definite",
+            "--show-leak-kinds=definite",
+            "--num-callers=50", // deep enough for the suppressions' rustls frames
+        ]);
+        command.arg(format!("--suppressions={}", suppressions().display()));
+        command.arg(program);
+        command
+    } else {
+        Command::new(program)
+    };
+    command
+        .args(args)
+        // cargo points LD_LIBRARY_PATH at target/<profile> too, where a libwool.so from an
+        // earlier `cargo build` may linger; it would win over the program's RUNPATH.
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()))
+}
+
+/// Valgrind suppressions for false positives of ring's AES-GCM assembly, and nothing else.
+///
+/// It computes the GCM tag with vector instructions over whole 16-byte blocks, reading bytes
+/// past the record that it then masks out; memcheck's definedness tracking of those
+/// instructions is pessimistic, so the tag looks "uninitialised" to it: in the bytes rustls
+/// sends (`write_tls`), and where it checks an incoming record's tag. TLS works, so the tags are
+/// right (OpenSSL's GCM is known for the same reports). Invalid reads and writes, definite
+/// leaks and every other uninitialised use are still reported. Written once per test run, as
+/// valgrind matches a syscall parameter's name exactly (`sendmsg(msg.msg_iov[3])`, one entry per
+/// index).
+fn suppressions() -> &'static Path {
+    static FILE: OnceLock<PathBuf> = OnceLock::new();
+    FILE.get_or_init(|| {
+        let sent_in_a_tls_record = |name: &str, parameter: &str| {
+            format!(
+                "{{\n   ring-aes-gcm-tag-sent-by-rustls-{name}\n   Memcheck:Param\n   \
+                 {parameter}\n   ...\n   fun:*rustls*write_tls*\n}}\n"
+            )
+        };
+        let mut text = String::from(
+            "{\n   ring-aes-gcm-tag-checked-by-rustls\n   Memcheck:Cond\n   \
+             fun:*ring*verify_slices_are_equal*\n   ...\n   fun:*ring*aead*\n}\n",
+        );
+        text += &sent_in_a_tls_record("writev", "writev(vector[...])");
+        text += &sent_in_a_tls_record("write", "write(buf)");
+        text += &sent_in_a_tls_record("sendto", "sendto(msg)");
+        for index in 0..64 {
+            let parameter = format!("sendmsg(msg.msg_iov[{index}])");
+            text += &sent_in_a_tls_record(&format!("sendmsg-{index}"), &parameter);
+        }
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-api");
+        std::fs::create_dir_all(&dir).unwrap();
+        // Written aside, then renamed: a concurrent test run never reads a half-written file.
+        let file = dir.join("valgrind.supp");
+        let partial = dir.join(format!("valgrind.supp.{}", std::process::id()));
+        std::fs::write(&partial, text).unwrap();
+        std::fs::rename(&partial, &file).unwrap();
+        file
+    })
+}
+
+/// Runs one harness case and requires it to pass; its stdout.
+fn run_case(case: &str, args: &[&str]) -> String {
+    run_case_with(case, args, under_valgrind())
+}
+
+fn run_case_with(case: &str, args: &[&str], valgrind: bool) -> String {
+    let output = run_program_with(harness(), &[&[case], args].concat(), valgrind);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    print!("{stdout}");
+    eprint!("{stderr}");
+    assert!(
+        output.status.success(),
+        "harness case {case} failed ({}):\n{stdout}{stderr}",
+        describe_exit(&output)
+    );
+    stdout
+}
+
+fn describe_exit(output: &Output) -> String {
+    match (output.status.code(), output.status.signal()) {
+        (Some(97), _) if under_valgrind() => "valgrind found errors".into(),
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, None) => "no exit status".into(),
+    }
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("test paths are UTF-8")
+}
+
+fn mutual_worker(pki: &Pki) -> WorkerProcess {
+    WorkerProcess::spawn(&pki.mutual_args())
+}
+
+// ---- arranging the world --------------------------------------------------------------------
+
+/// A tokio runtime for the Rust side of a test (dispatching tasks, serving test doubles).
+fn rust_side_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Dispatches one `sleep` task of `seconds` to `address` and returns once it is in flight (the
+/// worker reports idle exactly 0). The task's outcome arrives on the returned handle.
+fn dispatch_sleep(
+    runtime: &tokio::runtime::Runtime,
+    address: &str,
+    seconds: f64,
+) -> tokio::task::JoinHandle<Result<Vec<u8>, wool::Error>> {
+    let worker = std::sync::Arc::new(WorkerConnection::new(address).unwrap());
+    let dispatcher = std::sync::Arc::clone(&worker);
+    let task = runtime.spawn(async move {
+        let args = format!("{seconds}").into_bytes();
+        dispatcher.dispatch("sleep", args, None).await
+    });
+    runtime.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let idle = || async {
+            let reading = worker.idle(Some(Duration::from_secs(5))).await;
+            reading.unwrap_or_else(|e| panic!("idle while dispatching sleep: {e}"))
+        };
+        while idle().await != 0.0 {
+            assert!(
+                Instant::now() < deadline,
+                "the sleep task never went in flight"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    task
+}
+
+// ---- the C programs -------------------------------------------------------------------------
+
+/// Given tests/c/contract.c, which repeats every declaration of C-API.md verbatim and asserts
+/// the enum values, when it is compiled against include/wool.h with -Werror, linked and run,
+/// then it builds (the header agrees with the contract) and exits 0 (the library defines all).
+#[test]
+fn contract_prototypes_compile_against_the_header_and_link() {
+    let program = compile("tests/c/contract.c");
+    let output = run_program(&program, &[]);
+    assert!(
+        output.status.success(),
+        "contract failed ({}): {}",
+        describe_exit(&output),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Given a fresh C process, then status names are exact, an unknown value gives
+/// "WOOL_STATUS_UNKNOWN", the version is the package's, freeing NULL is a no-op, and there is
+/// no last error (length 0, rpc code -1).
+#[test]
+fn names_version_and_no_last_error_before_any_failure() {
+    run_case("names", &[env!("CARGO_PKG_VERSION")]);
+}
+
+/// Given a running worker and valid PEM files, when C passes each bad input of C-API.md (NULL
+/// target/out/conn, non-UTF-8 text, empty and malformed targets, port 99999, timeout
+/// 0/negative/NaN, NaN grace, garbage PEM, a missing file), then each is
+/// WOOL_STATUS_INVALID_ARGUMENT with *out untouched, a message and rpc code -1; a later success
+/// keeps the message; and the worker, sent nothing, keeps running.
+#[test]
+fn every_bad_input_is_an_invalid_argument_and_touches_nothing() {
+    let pki = Pki::generate();
+    let mut worker = WorkerProcess::plaintext();
+    let scratch = tempfile::tempdir().unwrap();
+    run_case(
+        "invalid",
+        &[
+            &worker.address,
+            path(&pki.ca_path),
+            path(&pki.leaf.cert_path),
+            path(&pki.leaf.key_path),
+            path(scratch.path()),
+        ],
+    );
+    assert!(worker.is_running(), "a refused wool_stop must send nothing");
+}
+
+/// Given a failure's message, then wool_last_error copies it NUL-terminated, truncates it to
+/// fit (never writing past len, nothing at all for len 0) and always returns its full length.
+#[test]
+fn last_error_truncates_and_returns_the_full_length() {
+    run_case("last-error", &[]);
+}
+
+/// Given a worker with nothing to do, when C polls it twice 0.3 s apart, then idle grew by the
+/// time between (and an INFINITY timeout means no deadline).
+#[test]
+fn idle_accrues_while_the_worker_has_nothing_to_do() {
+    let worker = WorkerProcess::plaintext();
+    run_case("idle-accrues", &[&worker.address]);
+}
+
+/// As above, over a Unix domain socket target (`unix:PATH`).
+#[test]
+fn idle_accrues_over_a_unix_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("unix:{}", dir.path().join("w.sock").display());
+    let worker = WorkerProcess::spawn(&["--listen".to_string(), listen]);
+    run_case("idle-accrues", &[&worker.address]);
+}
+
+/// Given a `sleep` task in flight (dispatched from Rust), when C polls, then idle is exactly
+/// 0.0; once the task has finished, idle rises.
+#[test]
+fn idle_is_exactly_zero_while_a_task_is_in_flight_and_rises_after() {
+    let worker = WorkerProcess::plaintext();
+    let runtime = rust_side_runtime();
+    let seconds = task_seconds(1.5);
+    let task = dispatch_sleep(&runtime, &worker.address, seconds);
+    let stdout = run_case("in-flight", &[&worker.address]);
+    assert!(stdout.contains("exactly 0.0"));
+    let output = runtime
+        .block_on(task)
+        .unwrap()
+        .expect("the sleep task completed");
+    assert_eq!(output, format!("{seconds}").into_bytes());
+}
+
+/// Given a worker, when C calls wool_stop, then it answers OK, the worker exits with status 0,
+/// and calls after it are WOOL_STATUS_TRANSIENT with code 14.
+#[test]
+fn stop_retires_the_worker_and_later_calls_are_transient() {
+    let mut worker = WorkerProcess::plaintext();
+    let stdout = run_case("stop", &[&worker.address]);
+    assert!(stdout.contains("WOOL_STATUS_TRANSIENT"));
+    assert_eq!(worker.wait_exit(Duration::from_secs(15)), Some(0));
+}
+
+/// Runs the `stop-grace` case with `grace` against a worker with one `sleep` task of
+/// `task_seconds` in flight; whether the task completed, and how long wool_stop took.
+fn stop_with_grace_during_a_task(grace: &str, task_seconds: f64) -> (bool, f64) {
+    let mut worker = WorkerProcess::plaintext();
+    let runtime = rust_side_runtime();
+    let task = dispatch_sleep(&runtime, &worker.address, task_seconds);
+    let stdout = run_case("stop-grace", &[&worker.address, grace]);
+    let took: f64 = stdout
+        .split("answered after ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|seconds| seconds.parse().ok())
+        .expect("stop-grace prints how long the stop took");
+    let completed = runtime.block_on(task).unwrap().is_ok();
+    assert_eq!(worker.wait_exit(Duration::from_secs(15)), Some(0));
+    (completed, took)
+}
+
+/// Given a task in flight, when C stops the worker with a negative or INFINITY grace, then the
+/// stop waits for the task, which completes.
+#[test]
+fn stop_with_unbounded_grace_lets_in_flight_work_finish() {
+    for grace in ["-1", "inf"] {
+        let (completed, took) = stop_with_grace_during_a_task(grace, 0.5);
+        assert!(
+            completed,
+            "grace {grace}: the task was cancelled (stop took {took} s)"
+        );
+    }
+}
+
+/// Given a 30 s task in flight, when C stops the worker with grace 0, or 0.2 s, then the task
+/// is cancelled and the stop answers at once, or after about the grace.
+#[test]
+fn stop_with_zero_or_short_grace_cancels_in_flight_work() {
+    for (grace, at_least) in [("0", 0.0), ("0.2", 0.19)] {
+        let (completed, took) = stop_with_grace_during_a_task(grace, 30.0);
+        assert!(!completed, "grace {grace}: the task was not cancelled");
+        assert!(
+            took >= at_least && took < 10.0,
+            "grace {grace}: stop took {took} s"
+        );
+    }
+}
+
+/// Given a worker that predates the idle RPC (UNIMPLEMENTED), when C polls it, then
+/// WOOL_STATUS_IDLE_UNAVAILABLE with rpc code 12; its stop still works.
+#[test]
+fn worker_without_idle_is_idle_unavailable_with_code_12() {
+    let runtime = rust_side_runtime();
+    let (address, server) = runtime.block_on(common::serve_legacy_worker());
+    run_case("unimplemented", &[&address]);
+    server.abort();
+}
+
+/// Given an address nobody listens on, when C polls or stops it, then WOOL_STATUS_TRANSIENT
+/// with rpc code 14 (wool_connect itself succeeds: it does no I/O).
+#[test]
+fn nothing_listening_is_transient_with_code_14() {
+    run_case("unreachable", &[&common::unused_local_address()]);
+}
+
+/// Given a peer that accepts connections but never answers, when C polls it with a 0.2 s
+/// timeout, then WOOL_STATUS_TRANSIENT with rpc code 4 (DEADLINE_EXCEEDED) after about 0.2 s.
+#[test]
+fn local_deadline_is_transient_with_code_4() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap(); // never accepts
+    let address = silent.local_addr().unwrap().to_string();
+    run_case("deadline", &[&address]);
+    drop(silent);
+}
+
+/// Given one handle, when 16 C threads poll through it at once, then every call is OK, and each
+/// thread's last error is its own.
+#[test]
+fn sixteen_threads_share_one_handle() {
+    let worker = WorkerProcess::plaintext();
+    run_case("threads", &[&worker.address]);
+}
+
+/// Given a mutual-TLS worker, when C connects with the right CA, certificate and key (from
+/// files and from PEM), then idle is OK; with an identity the worker's certificate lacks,
+/// WOOL_STATUS_HANDSHAKE.
+#[test]
+fn mutual_tls_with_the_right_credentials_works() {
+    let pki = Pki::generate();
+    let worker = mutual_worker(&pki);
+    run_case(
+        "mtls",
+        &[
+            &worker.address,
+            path(&pki.ca_path),
+            path(&pki.leaf.cert_path),
+            path(&pki.leaf.key_path),
+        ],
+    );
+}
+
+/// Given a one-way TLS worker, when C connects with credentials holding only the CA, then
+/// idle is OK.
+#[test]
+fn one_way_tls_needs_only_the_ca() {
+    let pki = Pki::generate();
+    let worker = WorkerProcess::spawn(&pki.one_way_args());
+    run_case("one-way", &[&worker.address, path(&pki.ca_path)]);
+}
+
+/// Given a mutual-TLS worker, when C trusts another CA, then WOOL_STATUS_HANDSHAKE.
+#[test]
+fn mutual_tls_with_the_wrong_ca_is_a_handshake_failure() {
+    let pki = Pki::generate();
+    let worker = mutual_worker(&pki);
+    run_case(
+        "wrong-ca",
+        &[
+            &worker.address,
+            path(&pki.other_ca_path),
+            path(&pki.leaf.cert_path),
+            path(&pki.leaf.key_path),
+        ],
+    );
+}
+
+/// Given a mutual-TLS worker, when C sends a plaintext wool_stop, then it is refused and the
+/// worker keeps running: it still answers idle over mutual TLS.
+#[test]
+fn plaintext_stop_against_a_mutual_tls_worker_is_refused_and_it_keeps_running() {
+    let pki = Pki::generate();
+    let mut worker = mutual_worker(&pki);
+    run_case(
+        "plaintext-stop",
+        &[
+            &worker.address,
+            path(&pki.ca_path),
+            path(&pki.leaf.cert_path),
+            path(&pki.leaf.key_path),
+        ],
+    );
+    assert!(worker.is_running());
+}
+
+/// Known pitfall: a socket write to a peer that closed raises SIGPIPE. Given a mutual-TLS
+/// worker and a C host with the default SIGPIPE disposition whose certificate comes from
+/// another CA, when the host calls again and again (five processes, several rounds each), then
+/// every call is HANDSHAKE or TRANSIENT and the host exits normally, never killed by SIGPIPE.
+#[test]
+fn c_host_with_default_sigpipe_survives_a_rejected_client_certificate() {
+    let pki = Pki::generate();
+    let worker = mutual_worker(&pki);
+    let (processes, rounds) = if under_valgrind() { (2, "2") } else { (5, "4") };
+    for run in 0..processes {
+        let output = run_program(
+            harness(),
+            &[
+                "sigpipe",
+                &worker.address,
+                path(&pki.ca_path),
+                path(&pki.other_leaf.cert_path),
+                path(&pki.other_leaf.key_path),
+                rounds,
+            ],
+        );
+        print!("{}", String::from_utf8_lossy(&output.stdout));
+        assert!(
+            output.status.success(),
+            "run {run}: the host did not exit normally ({}; 141 = SIGPIPE):\n{}",
+            describe_exit(&output),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+/// Given a C host that used the library and then forked, when the child calls wool_idle and
+/// wool_stop, then they are refused at once (INVALID_ARGUMENT, naming fork) instead of waiting
+/// forever on runtime threads that did not survive the fork; the parent keeps working.
+#[test]
+fn a_forked_child_is_refused_instead_of_hanging() {
+    let worker = WorkerProcess::plaintext();
+    // Never under valgrind: in the child, the runtime's memory is reachable only from threads
+    // that fork() did not copy, so valgrind's leak check there reports it as definitely lost.
+    run_case_with("fork", &[&worker.address], false);
+}
+
+// ---- the C example ---------------------------------------------------------------------------
+
+/// Given a worker with a short task in flight, when examples/c/poll_then_retire polls it every
+/// 50 ms with a 0.3 s threshold, then it prints the readings (0 while busy), retires the worker
+/// once idle long enough, and both exit 0.
+#[test]
+fn example_poll_then_retire_polls_then_retires_the_worker() {
+    let program = poll_then_retire();
+    let mut worker = WorkerProcess::plaintext();
+    let runtime = rust_side_runtime();
+    let task = dispatch_sleep(&runtime, &worker.address, task_seconds(0.5));
+    let output = run_program(program, &[&worker.address, "0.05", "0.3", "1"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    print!("{stdout}");
+    assert!(
+        output.status.success(),
+        "poll_then_retire failed ({}):\n{stdout}{}",
+        describe_exit(&output),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("idle  0.000 s   busy: work in flight"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("worker retired"), "{stdout}");
+    assert!(runtime.block_on(task).unwrap().is_ok());
+    assert_eq!(worker.wait_exit(Duration::from_secs(15)), Some(0));
+}
+
+/// Given an address nobody listens on, when poll_then_retire polls it, then it exits 1 and
+/// names the status, the gRPC code and the last error.
+#[test]
+fn example_poll_then_retire_reports_a_failure_and_exits_non_zero() {
+    let output = run_program(
+        poll_then_retire(),
+        &[&common::unused_local_address(), "0.05", "1"],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("wool_idle failed: WOOL_STATUS_TRANSIENT (gRPC code 14)"),
+        "{stderr}"
+    );
+}
+
+// ---- the C API called from Rust threads inside tokio runtimes -------------------------------
+
+/// Ends the test process if a body deadlocks (a blocked runtime thread cannot be timed out from
+/// inside): the test fails loudly instead of hanging the suite.
+struct Watchdog(std::sync::mpsc::Sender<()>);
+
+impl Watchdog {
+    fn arm(what: &'static str, limit: Duration) -> Self {
+        let (done, finished) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(limit) {
+                eprintln!("{what}: deadlocked (no return within {limit:?})");
+                std::process::exit(101);
+            }
+        });
+        Self(done)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        let _ = self.0.send(());
+    }
+}
+
+fn last_error() -> (String, i32) {
+    let mut buf = [0 as c_char; 512];
+    // SAFETY: `buf` has `buf.len()` writable bytes.
+    unsafe { wool_last_error(buf.as_mut_ptr(), buf.len()) };
+    // SAFETY: wool_last_error NUL-terminated it.
+    let message = unsafe { CStr::from_ptr(buf.as_ptr()) };
+    (message.to_string_lossy().into_owned(), wool_last_rpc_code())
+}
+
+/// The C API as a Rust host would call it from an async task: connect, idle twice, a refused
+/// call, stop, a transient idle after it, free. Blocking calls straight on the runtime's thread.
+fn exercise_the_c_api(address: &str) {
+    let target = CString::new(address).unwrap();
+    let mut conn: *mut wool_connection = std::ptr::null_mut();
+    let mut seconds = -1.0;
+    // SAFETY: valid NUL-terminated target, NULL credentials, writable out-pointers; `conn` is
+    // used only between wool_connect and wool_free.
+    unsafe {
+        assert_eq!(
+            wool_connect(target.as_ptr(), std::ptr::null(), &mut conn),
+            wool_status::Ok
+        );
+        for _ in 0..2 {
+            let status = wool_idle(conn, 10.0, &mut seconds);
+            assert_eq!(status, wool_status::Ok, "{:?}", last_error());
+            assert!(seconds >= 0.0);
+        }
+        assert_eq!(
+            wool_idle(conn, f64::NAN, &mut seconds),
+            wool_status::InvalidArgument
+        );
+        assert_eq!(
+            wool_stop(conn, 0.0, 10.0),
+            wool_status::Ok,
+            "{:?}",
+            last_error()
+        );
+        let stopped = Instant::now();
+        let status = loop {
+            match wool_idle(conn, 5.0, &mut seconds) {
+                wool_status::Ok => {
+                    let late = stopped.elapsed();
+                    assert!(
+                        late < Duration::from_secs(5),
+                        "still answering {late:?} after stop"
+                    );
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                failed => break failed,
+            }
+        };
+        assert_eq!(
+            (status, last_error().1),
+            (wool_status::Transient, 14),
+            "{:?}",
+            last_error()
+        );
+        wool_free(conn);
+    }
+}
+
+/// Known pitfall: `Runtime::block_on` panics on a thread already inside a runtime. Given a Rust
+/// host on a multi-threaded tokio runtime, when it calls the blocking C API from a task, then
+/// nothing panics or deadlocks and every call gives its usual answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_api_from_a_multi_thread_runtime_task_neither_panics_nor_deadlocks() {
+    let _watchdog = Watchdog::arm("multi-thread runtime", Duration::from_secs(60));
+    let mut worker = WorkerProcess::plaintext();
+    exercise_the_c_api(&worker.address);
+    assert_eq!(
+        worker.wait_exit(Duration::from_secs(30)),
+        Some(0),
+        "the stopped worker did not exit with 0"
+    );
+}
+
+/// As above, on a current-thread runtime, whose only thread the blocking calls occupy.
+#[tokio::test(flavor = "current_thread")]
+async fn c_api_from_a_current_thread_runtime_neither_panics_nor_deadlocks() {
+    let _watchdog = Watchdog::arm("current-thread runtime", Duration::from_secs(60));
+    let mut worker = WorkerProcess::plaintext();
+    exercise_the_c_api(&worker.address);
+    assert_eq!(
+        worker.wait_exit(Duration::from_secs(30)),
+        Some(0),
+        "the stopped worker did not exit with 0"
+    );
+}
+
+/// Given a thread with no runtime at all, when it connects and frees without ever calling the
+/// worker, then both succeed: making a handle needs no runtime and does no I/O.
+#[test]
+fn connect_and_free_need_no_runtime() {
+    let target = CString::new(common::unused_local_address()).unwrap();
+    let mut conn: *mut wool_connection = std::ptr::null_mut();
+    // SAFETY: as in `exercise_the_c_api`.
+    unsafe {
+        assert_eq!(
+            wool_connect(target.as_ptr(), std::ptr::null(), &mut conn),
+            wool_status::Ok
+        );
+        assert!(!conn.is_null());
+        wool_free(conn);
+    }
+}
