@@ -142,3 +142,28 @@ fn given_bad_flags_then_it_exits_nonzero_with_a_message() {
         );
     }
 }
+
+#[test]
+fn given_idle_runtime_and_worker_replaced_on_same_port_when_polled_again_then_reconnects() {
+    // A C host's library runtime only runs during calls, so nothing notices a worker that went
+    // away between two polls. Kill the worker (no GOAWAY, just a closed socket), start a new
+    // one on the same port, and poll again after a pause: the call must dial anew, not fail.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let first = WorkerProcess::plaintext();
+    let address = first.address.clone();
+    let conn = WorkerConnection::new(&address).unwrap();
+    assert!(rt.block_on(conn.idle(TIMEOUT)).unwrap() >= 0.0);
+    drop(first); // SIGKILL
+    let second = WorkerProcess::spawn(&["--listen".into(), address.clone()]);
+    std::thread::sleep(Duration::from_millis(700));
+    let reading = rt
+        .block_on(conn.idle(TIMEOUT))
+        .expect("a stale pooled connection is replaced, not reported");
+    assert!(
+        reading < second.started.elapsed().as_secs_f64(),
+        "the answer comes from the new worker"
+    );
+}

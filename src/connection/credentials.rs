@@ -4,7 +4,10 @@ use std::path::Path;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+use std::sync::Arc;
+
+use rustls_pki_types::ServerName;
+use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 
 use super::Error;
 
@@ -114,15 +117,48 @@ impl WorkerCredentials {
         self.identity.as_deref()
     }
 
-    /// tonic's TLS configuration; `default_name` is the dialed host.
-    pub(crate) fn tls_config(&self, default_name: &str) -> ClientTlsConfig {
-        let config = ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(&self.ca_pem))
-            .domain_name(self.identity.as_deref().unwrap_or(default_name));
-        match &self.client {
-            Some((cert, key)) => config.identity(Identity::from_pem(cert, key)),
-            None => config,
+    /// The rustls client configuration (roots = the CA, client certificate when mutual, ALPN
+    /// `h2`) and the name to verify the worker against: the identity, else `default_name` (the
+    /// dialed host; an IP address is checked against the certificate's IP SANs).
+    pub(crate) fn client_config(
+        &self,
+        default_name: &str,
+    ) -> Result<(Arc<ClientConfig>, ServerName<'static>), Error> {
+        let invalid =
+            |what: &str, e: &dyn std::fmt::Display| Error::invalid_argument(format!("{what}: {e}"));
+        let mut roots = RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&self.ca_pem) {
+            roots
+                .add(cert.map_err(|e| invalid("CA PEM is malformed", &e))?)
+                .map_err(|e| invalid("unusable CA certificate", &e))?;
         }
+        let builder = ClientConfig::builder_with_provider(Arc::new(
+            tokio_rustls::rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid("TLS setup", &e))?
+        .with_root_certificates(roots);
+        let mut config = match &self.client {
+            Some((cert, key)) => {
+                let chain = CertificateDer::pem_slice_iter(cert)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| invalid("client certificate PEM is malformed", &e))?;
+                let key = PrivateKeyDer::from_pem_slice(key)
+                    .map_err(|e| invalid("client key PEM is malformed", &e))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| invalid("unusable client certificate or key", &e))?
+            }
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        let name = self.identity.as_deref().unwrap_or(default_name);
+        let name = ServerName::try_from(name.to_string()).map_err(|_| {
+            Error::invalid_argument(format!(
+                "{name:?} is not a DNS name or IP address to verify the worker against"
+            ))
+        })?;
+        Ok((Arc::new(config), name))
     }
 }
 

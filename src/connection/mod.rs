@@ -18,6 +18,7 @@
 //! # Ok(()) }
 //! ```
 
+mod channel;
 mod credentials;
 mod error;
 mod pool;
@@ -44,19 +45,16 @@ use crate::protocol::{
     worker_client::WorkerClient, Grace, Request, StopRequest, Task, Void, PROTOCOL_VERSION,
 };
 
-/// HTTP/2 channel settings; part of the pool key. Defaults are Wool's channel defaults.
+/// Channel settings; part of the pool key. Defaults are Wool's channel defaults.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ChannelOptions {
     /// Largest message sent or received, in bytes (Wool: 100 MiB).
     pub max_message_bytes: usize,
-    /// Interval between HTTP/2 keepalive pings while calls are open (Wool: 30 s).
-    pub keepalive_time: Duration,
-    /// How long to wait for a ping's answer before closing the connection (Wool: 30 s).
-    pub keepalive_timeout: Duration,
-    /// Limit on establishing the transport connection; `None` = only the call's deadline.
+    /// Limit on establishing the transport connection (TCP, TLS and HTTP/2 handshakes);
+    /// `None` = only the call's deadline.
     pub connect_timeout: Option<Duration>,
-    /// Most calls open at once on the channel (Wool: 100 concurrent streams). More calls wait
-    /// their turn in the channel instead of failing: a worker refuses streams beyond its limit.
+    /// Most calls opening streams on the channel at once (Wool: 100 concurrent streams). More
+    /// calls wait their turn instead of failing: workers refuse streams beyond their limit.
     pub max_concurrent_calls: usize,
 }
 
@@ -64,8 +62,6 @@ impl Default for ChannelOptions {
     fn default() -> Self {
         Self {
             max_message_bytes: crate::worker::MAX_MESSAGE_BYTES,
-            keepalive_time: Duration::from_secs(30),
-            keepalive_timeout: Duration::from_secs(30),
             connect_timeout: None,
             max_concurrent_calls: 100,
         }
@@ -139,7 +135,7 @@ impl WorkerConnection {
         &self.key.target
     }
 
-    fn client(&self) -> Result<WorkerClient<tonic::transport::Channel>, Error> {
+    fn client(&self) -> Result<WorkerClient<channel::Http2Channel>, Error> {
         let lease = self
             .lease
             .get_or_try_init(|| ChannelLease::acquire(&self.key))?;

@@ -10,9 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use once_cell::sync::Lazy;
-use tonic::transport::{Channel, Endpoint};
 
-use super::transport::Socket;
+use super::channel::{ChannelConfig, Http2Channel};
 use super::{ChannelOptions, Error, Target, WorkerCredentials};
 
 /// How long an unused channel stays in the pool (Wool's client pool keeps one 60 s).
@@ -28,7 +27,7 @@ pub(crate) struct PoolKey {
 
 #[derive(Debug)]
 struct PoolEntry {
-    channel: Channel,
+    channel: Http2Channel,
     users: usize,
     /// When `users` last dropped to zero.
     unused_since: Option<Instant>,
@@ -46,7 +45,7 @@ fn pool() -> std::sync::MutexGuard<'static, HashMap<Arc<PoolKey>, PoolEntry>> {
 #[derive(Debug)]
 pub(crate) struct ChannelLease {
     key: Arc<PoolKey>,
-    channel: Channel,
+    channel: Http2Channel,
 }
 
 impl ChannelLease {
@@ -75,7 +74,7 @@ impl ChannelLease {
     }
 
     /// The shared channel (cheap to clone).
-    pub(crate) fn channel(&self) -> &Channel {
+    pub(crate) fn channel(&self) -> &Http2Channel {
         &self.channel
     }
 }
@@ -118,25 +117,16 @@ pub fn pooled_channels() -> usize {
     pool().len()
 }
 
-fn open_channel(key: &PoolKey) -> Result<Channel, Error> {
-    let options = &key.options;
-    let uri = key.target.uri(key.credentials.is_some());
-    let mut endpoint = Endpoint::from_shared(uri.clone())
-        .map_err(|e| Error::invalid_argument(format!("cannot dial {uri}: {e}")))?
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(options.keepalive_time)
-        .keep_alive_timeout(options.keepalive_timeout)
-        .keep_alive_while_idle(false)
-        .concurrency_limit(options.max_concurrent_calls.max(1));
-    if let Some(connect_timeout) = options.connect_timeout {
-        endpoint = endpoint.connect_timeout(connect_timeout);
-    }
-    if let Some(credentials) = &key.credentials {
-        endpoint = endpoint
-            .tls_config(credentials.tls_config(key.target.tls_name()))
-            .map_err(|e| Error::invalid_argument(format!("unusable TLS credentials: {e}")))?;
-    }
-    let target = key.target.clone();
-    Ok(endpoint
-        .connect_with_connector_lazy(tower::service_fn(move |_| Socket::connect(target.clone()))))
+fn open_channel(key: &PoolKey) -> Result<Http2Channel, Error> {
+    let tls = key
+        .credentials
+        .as_ref()
+        .map(|credentials| credentials.client_config(key.target.tls_name()))
+        .transpose()?;
+    Ok(Http2Channel::new(ChannelConfig {
+        target: key.target.clone(),
+        tls,
+        max_concurrent_calls: key.options.max_concurrent_calls.max(1),
+        connect_timeout: key.options.connect_timeout,
+    }))
 }

@@ -94,19 +94,6 @@ impl Target {
         })
     }
 
-    /// The URI tonic dials for this target: `http://` or, over TLS, `https://`, then the host and
-    /// port (`localhost` for a Unix socket, whose path the connector dials instead).
-    pub(crate) fn uri(&self, tls: bool) -> String {
-        let scheme = if tls { "https" } else { "http" };
-        match self {
-            Target::Tcp { host, port } if host.contains(':') => {
-                format!("{scheme}://[{host}]:{port}")
-            }
-            Target::Tcp { host, port } => format!("{scheme}://{host}:{port}"),
-            Target::Unix(_) => format!("{scheme}://localhost"),
-        }
-    }
-
     /// The name a worker certificate is verified against by default: the dialed host
     /// (`localhost` for a Unix socket).
     pub(crate) fn tls_name(&self) -> &str {
@@ -207,10 +194,8 @@ mod tests {
     }
 
     #[test]
-    fn uri_and_display_bracket_ipv6() {
+    fn display_brackets_ipv6_and_tls_name_does_not() {
         let target = Target::parse("ipv6:[::1]:7").unwrap();
-        assert_eq!(target.uri(false), "http://[::1]:7");
-        assert_eq!(target.uri(true), "https://[::1]:7");
         assert_eq!(target.to_string(), "[::1]:7");
         assert_eq!(target.tls_name(), "::1");
     }

@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
@@ -49,7 +48,7 @@ pub(crate) enum Socket {
 impl Socket {
     /// Dials `target`: TCP with `TCP_NODELAY` (a poll is one small request; Nagle would hold
     /// it back), or the Unix socket at its path.
-    pub(crate) async fn connect(target: Target) -> io::Result<TokioIo<Socket>> {
+    pub(crate) async fn connect(target: Target) -> io::Result<Socket> {
         let socket = match target {
             Target::Tcp { host, port } => {
                 let stream = TcpStream::connect((host.as_str(), port)).await?;
@@ -58,7 +57,7 @@ impl Socket {
             }
             Target::Unix(path) => Socket::Unix(UnixStream::connect::<PathBuf>(path).await?),
         };
-        Ok(TokioIo::new(socket))
+        Ok(socket)
     }
 }
 
@@ -98,6 +97,15 @@ impl Socket {
         match self {
             Socket::Tcp(stream) => poll_send(stream, cx, bufs),
             Socket::Unix(stream) => poll_send(stream, cx, bufs),
+        }
+    }
+}
+
+impl AsRawFd for Socket {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Socket::Tcp(stream) => stream.as_raw_fd(),
+            Socket::Unix(stream) => stream.as_raw_fd(),
         }
     }
 }

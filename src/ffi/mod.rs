@@ -267,14 +267,23 @@ mod tests {
     }
 
     #[test]
-    fn a_panic_in_the_runtimes_task_becomes_wool_status_panic() {
+    fn a_panic_in_a_blocking_call_becomes_wool_status_panic_and_the_runtime_lives_on() {
         std::thread::spawn(|| {
             let status: wool_status = run_boundary("wool_test", || {
-                runtime::block_on(async { panic!("inside the task") })?;
+                runtime::block_on(async { panic!("inside the call") })?;
                 Ok(())
             });
             assert_eq!(status, wool_status::Panic);
-            assert!(last_error().0.contains("panicked before answering"));
+            assert!(
+                last_error().0.contains("inside the call"),
+                "{}",
+                last_error().0
+            );
+            assert_eq!(
+                runtime::block_on(async { 5 }).unwrap(),
+                5,
+                "the runtime still serves calls"
+            );
         })
         .join()
         .unwrap();

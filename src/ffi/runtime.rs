@@ -1,30 +1,28 @@
 //! The one library-wide tokio runtime that every blocking C call runs on.
 //!
-//! Created on first use and never shut down (C hosts have no "unload" hook we could trust):
-//! two worker threads, which is plenty for unary idle/stop calls on pooled channels.
+//! Created on first use and never shut down (C hosts have no "unload" hook we could trust).
+//! It is a *current-thread* runtime driven by the callers themselves: a blocking call runs
+//! `Runtime::block_on` on the caller's own thread, which then does the socket I/O, runs the
+//! channel's tasks and waits in `epoll` for the answer. A poll therefore costs no hand-off to
+//! another thread and back (each a futex wake and a context switch, several microseconds on a
+//! loopback round trip of tens). Several threads may block at once: one drives the runtime for
+//! all, the others wait for their own answers (tokio hands the driver's role on when it returns).
+//! Between calls nothing runs, so an idle library costs no thread and no CPU.
 //!
 //! Two facts shape it (both are "Known pitfalls" in C-API.md):
-//! - SIGPIPE is blocked on the runtime's threads. A socket write to a peer that has closed (a
-//!   mutual-TLS worker rejecting our certificate does exactly that) raises SIGPIPE, and a C host
-//!   that left the default disposition would die of it (exit status 141). The connection's own
-//!   sockets already write with `MSG_NOSIGNAL` (`connection::transport`); the blocked signal is
-//!   the second line, for any write on these threads that does not go through them: there a
-//!   SIGPIPE stays pending on the thread, never delivered, and the write fails with `EPIPE`.
-//! - The caller's thread never polls the future. [`block_on`] spawns it onto the runtime and
-//!   waits on a plain channel: that works whether or not the caller is itself inside some tokio
-//!   runtime (where `Runtime::block_on` would panic), keeps all socket I/O on the threads where
-//!   SIGPIPE is blocked, and gives the pooled channel the runtime context it needs.
+//! - SIGPIPE: the caller's thread does socket writes, and a write to a peer that has closed
+//!   raises SIGPIPE, which kills a C host that kept the default disposition. The client's
+//!   sockets write with `MSG_NOSIGNAL` (see `connection::transport`), so no thread ever gets it.
+//! - `Runtime::block_on` panics on a thread that is already inside a tokio runtime (a Rust host,
+//!   or a callback). Such a caller hands the call to a short-lived helper thread that drives the
+//!   runtime and waits for it; only this rare case pays the extra hop.
 
 use std::future::Future;
-use std::sync::mpsc;
 
 use once_cell::sync::OnceCell;
 use tokio::runtime::Runtime;
 
 use crate::connection::{Error, ErrorKind};
-
-/// Worker threads of the library's runtime.
-const WORKER_THREADS: usize = 2;
 
 /// The runtime and the process that created it: a child made by `fork()` inherits the
 /// runtime's memory but not its threads, so a call there would wait forever.
@@ -59,10 +57,8 @@ pub(crate) fn runtime() -> Result<&'static Runtime, Error> {
 }
 
 fn build() -> Result<Runtime, Error> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(WORKER_THREADS)
-        .thread_name("wool-runtime")
-        .on_thread_start(block_sigpipe)
+    tokio::runtime::Builder::new_current_thread()
+        .thread_name("wool-blocking")
         .enable_all()
         .build()
         .map_err(|e| {
@@ -82,34 +78,33 @@ pub(crate) fn existing_runtime() -> Option<&'static Runtime> {
         .map(|library| &library.runtime)
 }
 
-/// Runs `future` to completion on the library's runtime and blocks the calling thread until it
-/// is done. Safe from any thread, including one running inside another tokio runtime.
-///
-/// Panics (caught by the FFI boundary) if the future panicked.
+/// Runs `future` to completion on the library's runtime, blocking the calling thread until it
+/// is done (see the module docs). Safe from any thread, including one running inside another
+/// tokio runtime. A panic in `future` resumes on the caller's thread, for the FFI boundary.
 pub(crate) fn block_on<F>(future: F) -> Result<F::Output, Error>
 where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
+    F: Future + Send,
+    F::Output: Send,
 {
-    let (answer, answered) = mpsc::sync_channel(1);
-    runtime()?.spawn(async move {
-        let _ = answer.send(future.await);
-    });
-    // The sender is dropped unanswered only when the task panicked (tokio caught it).
-    Ok(answered
-        .recv()
-        .expect("the library's runtime task panicked before answering"))
-}
-
-/// Blocks SIGPIPE on the calling thread (see the module docs).
-fn block_sigpipe() {
-    // SAFETY: plain libc calls on a local, zero-initialised signal set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGPIPE);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    let runtime = runtime()?;
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Ok(runtime.block_on(future));
     }
+    std::thread::scope(|scope| {
+        let driver = std::thread::Builder::new()
+            .name("wool-call".into())
+            .spawn_scoped(scope, || runtime.block_on(future))
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Transient,
+                    Some(tonic::Code::ResourceExhausted),
+                    format!("cannot start a thread for a call made inside a tokio runtime: {e}"),
+                )
+            })?;
+        Ok(driver
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    })
 }
 
 #[cfg(test)]
@@ -117,17 +112,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn runtime_threads_block_sigpipe() {
-        let blocked = block_on(async {
-            // SAFETY: reads this thread's signal mask into a local set.
-            unsafe {
-                let mut set: libc::sigset_t = std::mem::zeroed();
-                libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set);
-                libc::sigismember(&set, libc::SIGPIPE) == 1
-            }
-        })
-        .unwrap();
-        assert!(blocked);
+    fn block_on_runs_on_the_calling_thread() {
+        let caller = std::thread::current().id();
+        assert_eq!(
+            block_on(async { std::thread::current().id() }).unwrap(),
+            caller
+        );
     }
 
     #[test]
@@ -138,5 +128,14 @@ mod tests {
             .unwrap();
         let answer = outer.block_on(async { block_on(async { 42 }).unwrap() });
         assert_eq!(answer, 42);
+        let threaded = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        assert_eq!(
+            threaded.block_on(async { block_on(async { 7 }).unwrap() }),
+            7
+        );
     }
 }
