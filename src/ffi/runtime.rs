@@ -18,14 +18,16 @@
 //!   runtime and waits for it; only this rare case pays the extra hop.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use once_cell::sync::OnceCell;
 use tokio::runtime::Runtime;
 
 use crate::connection::{Error, ErrorKind};
 
-/// The runtime and the process that created it: a child made by `fork()` inherits the
-/// runtime's memory but not its threads, so a call there would wait forever.
+/// The runtime and the process that created it. A child made by `fork()` inherits the
+/// runtime's memory but shares its epoll instance and pooled sockets with the parent, so using
+/// them there would corrupt both: calls in such a child are refused.
 struct LibraryRuntime {
     runtime: Runtime,
     process: u32,
@@ -33,23 +35,33 @@ struct LibraryRuntime {
 
 static RUNTIME: OnceCell<LibraryRuntime> = OnceCell::new();
 
+/// Set in a child process forked after the runtime was created (by a `pthread_atfork` handler),
+/// so the hot path checks a flag rather than asking the kernel for the process id.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn mark_forked() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
 /// The library's runtime, created on first use.
 ///
-/// Errors: [`ErrorKind::Transient`] when the runtime's threads cannot be started (the process
-/// is out of threads or memory; a later call tries again); [`ErrorKind::InvalidArgument`] in a
-/// child process forked after the runtime started (its threads did not survive the fork).
+/// Errors: [`ErrorKind::Transient`] when the runtime cannot be started (the process is out of
+/// file descriptors or memory; a later call tries again); [`ErrorKind::InvalidArgument`] in a
+/// child process forked after the runtime started.
 pub(crate) fn runtime() -> Result<&'static Runtime, Error> {
     let library = RUNTIME.get_or_try_init(|| {
+        // SAFETY: registers a handler that only stores to an atomic; allowed in a forked child.
+        unsafe { libc::pthread_atfork(None, None, Some(mark_forked)) };
         Ok::<_, Error>(LibraryRuntime {
             runtime: build()?,
             process: std::process::id(),
         })
     })?;
-    if library.process != std::process::id() {
+    if FORKED.load(Ordering::Relaxed) {
         return Err(Error::invalid_argument(format!(
             "libwool was first used in process {} and this process was forked from it: the \
-             library's runtime threads did not survive fork(); use libwool in a child only \
-             if the parent had not used it yet",
+             library's runtime and connections belong to the parent; use libwool in a child \
+             only if the parent had not used it yet",
             library.process
         )));
     }
@@ -74,7 +86,7 @@ fn build() -> Result<Runtime, Error> {
 pub(crate) fn existing_runtime() -> Option<&'static Runtime> {
     RUNTIME
         .get()
-        .filter(|library| library.process == std::process::id())
+        .filter(|_| !FORKED.load(Ordering::Relaxed))
         .map(|library| &library.runtime)
 }
 
