@@ -84,20 +84,8 @@ async fn given_plaintext_worker_when_polled_then_idle_accrues_from_startup() {
 async fn given_mutual_tls_worker_when_polled_with_client_cert_then_idle_accrues() {
     let pki = Pki::generate();
     let started = Instant::now();
-    let worker = tls_worker(ServerCredentials::mutual(
-        pki.ca_pem.clone(),
-        pki.leaf.cert_pem.clone(),
-        pki.leaf.key_pem.clone(),
-    ))
-    .await;
-    let credentials = WorkerCredentials::from_pem(
-        pki.ca_pem.as_bytes(),
-        Some(pki.leaf.key_pem.as_bytes()),
-        Some(pki.leaf.cert_pem.as_bytes()),
-        true,
-        None,
-    )
-    .unwrap();
+    let worker = tls_worker(pki.server_mutual()).await;
+    let credentials = pki.client_mutual(&pki.ca_pem, &pki.leaf);
     // Dialing the IP address: verified against the certificate's IP SAN 127.0.0.1.
     let conn = WorkerConnection::with_credentials(worker.address(), Some(credentials)).unwrap();
     assert_idle_accrues(&conn, started).await;
@@ -333,20 +321,8 @@ async fn given_1000_connections_to_one_target_then_one_tcp_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_wrong_ca_when_polled_then_handshake() {
     let pki = Pki::generate();
-    let worker = tls_worker(ServerCredentials::mutual(
-        pki.ca_pem.clone(),
-        pki.leaf.cert_pem.clone(),
-        pki.leaf.key_pem.clone(),
-    ))
-    .await;
-    let credentials = WorkerCredentials::from_pem(
-        pki.other_ca_pem.as_bytes(),
-        Some(pki.leaf.key_pem.as_bytes()),
-        Some(pki.leaf.cert_pem.as_bytes()),
-        true,
-        None,
-    )
-    .unwrap();
+    let worker = tls_worker(pki.server_mutual()).await;
+    let credentials = pki.client_mutual(&pki.other_ca_pem, &pki.leaf);
     let conn = WorkerConnection::with_credentials(worker.address(), Some(credentials)).unwrap();
     let error = conn.idle(SECOND).await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Handshake, "{error}");
@@ -355,20 +331,8 @@ async fn given_wrong_ca_when_polled_then_handshake() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_client_cert_from_unrelated_ca_when_polling_mutual_tls_worker_then_never_success() {
     let pki = Pki::generate();
-    let worker = tls_worker(ServerCredentials::mutual(
-        pki.ca_pem.clone(),
-        pki.leaf.cert_pem.clone(),
-        pki.leaf.key_pem.clone(),
-    ))
-    .await;
-    let credentials = WorkerCredentials::from_pem(
-        pki.ca_pem.as_bytes(),
-        Some(pki.other_leaf.key_pem.as_bytes()),
-        Some(pki.other_leaf.cert_pem.as_bytes()),
-        true,
-        None,
-    )
-    .unwrap();
+    let worker = tls_worker(pki.server_mutual()).await;
+    let credentials = pki.client_mutual(&pki.ca_pem, &pki.other_leaf);
     let conn = WorkerConnection::with_credentials(worker.address(), Some(credentials)).unwrap();
     let error = conn.idle(SECOND).await.unwrap_err();
     assert!(

@@ -46,6 +46,8 @@ struct Open {
     last_used: Arc<std::sync::Mutex<Instant>>,
     /// The socket's descriptor, for [`Open::peer_hung_up`].
     fd: RawFd,
+    /// The connection task, to close the connection at once (see [`Http2Channel::close`]).
+    task: Arc<tokio::task::AbortHandle>,
 }
 
 /// A connection unused for longer than this is checked for a hang-up before reuse
@@ -149,6 +151,23 @@ impl Http2Channel {
         let dialed = dial(&self.shared.config).await?;
         *open = Some(dialed.clone());
         Ok(dialed)
+    }
+
+    /// Closes the current connection now, if there is one; the next call dials anew.
+    ///
+    /// Used once a worker has answered `stop`: it is retiring and waits for its clients to hang
+    /// up, and a host whose library runtime sits idle between calls would otherwise never read
+    /// the worker's GOAWAY and keep it waiting for its whole grace.
+    pub(crate) async fn close(&self) {
+        let Some(open) = self.shared.open.lock().await.take() else {
+            return;
+        };
+        open.ended.store(true, Ordering::Release);
+        open.task.abort();
+        // Let the runtime drop the aborted task (and so the socket) before the call returns.
+        while !open.task.is_finished() {
+            tokio::task::yield_now().await;
+        }
     }
 
     fn request_uri(&self, path: Option<&http::uri::PathAndQuery>) -> http::Uri {
@@ -269,7 +288,7 @@ where
     })?;
     let ended = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&ended);
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::debug!("worker connection ended: {error}");
         }
@@ -280,6 +299,7 @@ where
         ended,
         last_used: Arc::new(std::sync::Mutex::new(Instant::now())),
         fd,
+        task: Arc::new(task.abort_handle()),
     })
 }
 

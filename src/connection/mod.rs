@@ -135,12 +135,16 @@ impl WorkerConnection {
         &self.key.target
     }
 
-    fn client(&self) -> Result<WorkerClient<channel::Http2Channel>, Error> {
-        let lease = self
+    fn channel(&self) -> Result<&channel::Http2Channel, Error> {
+        Ok(self
             .lease
-            .get_or_try_init(|| ChannelLease::acquire(&self.key))?;
+            .get_or_try_init(|| ChannelLease::acquire(&self.key))?
+            .channel())
+    }
+
+    fn client(&self) -> Result<WorkerClient<channel::Http2Channel>, Error> {
         let limit = self.key.options.max_message_bytes;
-        Ok(WorkerClient::new(lease.channel().clone())
+        Ok(WorkerClient::new(self.channel()?.clone())
             .max_decoding_message_size(limit)
             .max_encoding_message_size(limit))
     }
@@ -176,6 +180,8 @@ impl WorkerConnection {
             timeout: grace.to_wire(),
         };
         with_deadline(Call::Stop, timeout, client.stop(request(stop, timeout))).await?;
+        // The worker is retiring and waits for its clients to hang up: do so now.
+        self.channel()?.close().await;
         Ok(())
     }
 

@@ -18,6 +18,46 @@ pub struct wool_credentials {
     pub(crate) inner: WorkerCredentials,
 }
 
+/// The C texts both constructors take: the CA, for mutual TLS the key and certificate (ignored,
+/// and allowed to be NULL, for one-way TLS), and the optional identity.
+struct CredentialTexts<'a> {
+    ca: &'a str,
+    key: Option<&'a str>,
+    cert: Option<&'a str>,
+    identity: Option<&'a str>,
+}
+
+impl<'a> CredentialTexts<'a> {
+    /// Checks and borrows `[ca, key, cert]` (named `names` in messages) and `identity`.
+    ///
+    /// # Safety
+    /// Each pointer must be NULL or a NUL-terminated string that outlives `'a`.
+    unsafe fn read(
+        [ca, key, cert]: [*const c_char; 3],
+        names: [&str; 3],
+        mutual: bool,
+        identity: *const c_char,
+    ) -> Result<Self, crate::connection::Error> {
+        // SAFETY (all): the function's contract.
+        let ca = unsafe { try_str(ca, names[0]) }?;
+        let (key, cert) = if mutual {
+            (
+                Some(unsafe { try_str(key, names[1]) }?),
+                Some(unsafe { try_str(cert, names[2]) }?),
+            )
+        } else {
+            (None, None)
+        };
+        let identity = unsafe { try_optional_str(identity, "identity") }?;
+        Ok(Self {
+            ca,
+            key,
+            cert,
+            identity,
+        })
+    }
+}
+
 /// Makes credentials from PEM text (NUL-terminated) and writes them to `*out` on
 /// WOOL_STATUS_OK. The PEM is checked here, so bad PEM fails now, not on the first call.
 ///
@@ -44,24 +84,22 @@ pub unsafe extern "C" fn wool_credentials_from_pem(
     out: *mut *mut wool_credentials,
 ) -> wool_status {
     ffi_panic_boundary!("wool_credentials_from_pem", {
-        // SAFETY (all): the caller's contract above.
-        let ca = unsafe { try_str(ca_pem, "ca_pem") }?;
-        let (key, cert) = if mutual {
-            (
-                Some(unsafe { try_str(key_pem, "key_pem") }?),
-                Some(unsafe { try_str(cert_pem, "cert_pem") }?),
+        // SAFETY: the caller's contract above.
+        let texts = unsafe {
+            CredentialTexts::read(
+                [ca_pem, key_pem, cert_pem],
+                ["ca_pem", "key_pem", "cert_pem"],
+                mutual,
+                identity,
             )
-        } else {
-            (None, None)
-        };
-        let identity = unsafe { try_optional_str(identity, "identity") }?;
+        }?;
         let out = unsafe { try_mut(out, "out") }?;
         let inner = WorkerCredentials::from_pem(
-            ca.as_bytes(),
-            key.map(str::as_bytes),
-            cert.map(str::as_bytes),
+            texts.ca.as_bytes(),
+            texts.key.map(str::as_bytes),
+            texts.cert.map(str::as_bytes),
             mutual,
-            identity,
+            texts.identity,
         )?;
         set_boxed(out, wool_credentials { inner });
         Ok(())
@@ -87,24 +125,22 @@ pub unsafe extern "C" fn wool_credentials_from_files(
     out: *mut *mut wool_credentials,
 ) -> wool_status {
     ffi_panic_boundary!("wool_credentials_from_files", {
-        // SAFETY (all): the caller's contract above.
-        let ca = unsafe { try_str(ca_path, "ca_path") }?;
-        let (key, cert) = if mutual {
-            (
-                Some(unsafe { try_str(key_path, "key_path") }?),
-                Some(unsafe { try_str(cert_path, "cert_path") }?),
+        // SAFETY: the caller's contract above.
+        let texts = unsafe {
+            CredentialTexts::read(
+                [ca_path, key_path, cert_path],
+                ["ca_path", "key_path", "cert_path"],
+                mutual,
+                identity,
             )
-        } else {
-            (None, None)
-        };
-        let identity = unsafe { try_optional_str(identity, "identity") }?;
+        }?;
         let out = unsafe { try_mut(out, "out") }?;
         let inner = WorkerCredentials::from_files(
-            Path::new(ca),
-            key.map(Path::new),
-            cert.map(Path::new),
+            Path::new(texts.ca),
+            texts.key.map(Path::new),
+            texts.cert.map(Path::new),
             mutual,
-            identity,
+            texts.identity,
         )?;
         set_boxed(out, wool_credentials { inner });
         Ok(())

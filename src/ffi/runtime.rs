@@ -7,7 +7,8 @@
 //! another thread and back (each a futex wake and a context switch, several microseconds on a
 //! loopback round trip of tens). Several threads may block at once: one drives the runtime for
 //! all, the others wait for their own answers (tokio hands the driver's role on when it returns).
-//! Between calls nothing runs, so an idle library costs no thread and no CPU.
+//! Between calls a housekeeping thread gives the runtime a few turns once a second (answering
+//! HTTP/2 PINGs, hanging up on a worker that is shutting down, evicting unused channels).
 //!
 //! Two facts shape it (both are "Known pitfalls" in C-API.md):
 //! - SIGPIPE: the caller's thread does socket writes, and a write to a peer that has closed
@@ -18,7 +19,8 @@
 //!   runtime and waits for it; only this rare case pays the extra hop.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use once_cell::sync::OnceCell;
 use tokio::runtime::Runtime;
@@ -52,8 +54,10 @@ pub(crate) fn runtime() -> Result<&'static Runtime, Error> {
     let library = RUNTIME.get_or_try_init(|| {
         // SAFETY: registers a handler that only stores to an atomic; allowed in a forked child.
         unsafe { libc::pthread_atfork(None, None, Some(mark_forked)) };
+        let runtime = build()?;
+        start_housekeeper();
         Ok::<_, Error>(LibraryRuntime {
-            runtime: build()?,
+            runtime,
             process: std::process::id(),
         })
     })?;
@@ -99,6 +103,7 @@ where
     F::Output: Send,
 {
     let runtime = runtime()?;
+    let _active = ActiveCall::begin();
     if tokio::runtime::Handle::try_current().is_err() {
         return Ok(runtime.block_on(future));
     }
@@ -117,6 +122,57 @@ where
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     })
+}
+
+/// Blocking calls in progress: while there is one, it drives the runtime and the housekeeper
+/// stays out of its way.
+static ACTIVE_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts one blocking call for as long as it lives (a panic included).
+struct ActiveCall;
+
+impl ActiveCall {
+    fn begin() -> Self {
+        ACTIVE_CALLS.fetch_add(1, Ordering::Relaxed);
+        ActiveCall
+    }
+}
+
+impl Drop for ActiveCall {
+    fn drop(&mut self) {
+        ACTIVE_CALLS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// How often the housekeeper drives an otherwise idle runtime.
+const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Starts the housekeeper: a thread that, once a second while no call is driving the runtime,
+/// gives it a few turns. Between a host's calls that is what answers a worker's HTTP/2 PINGs,
+/// hangs up on a worker that sent GOAWAY (a stopping worker waits for its clients to leave),
+/// and evicts pool channels whose time is up. It costs one wake-up a second and no work on
+/// the calls' path. If the thread cannot be started the library still works, less tidily.
+fn start_housekeeper() {
+    let started = std::thread::Builder::new()
+        .name("wool-housekeeping".into())
+        .spawn(|| loop {
+            std::thread::sleep(HOUSEKEEPING_INTERVAL);
+            let Some(library) = RUNTIME.get() else {
+                continue;
+            };
+            if ACTIVE_CALLS.load(Ordering::Relaxed) == 0 && !FORKED.load(Ordering::Relaxed) {
+                // Each yield lets the runtime poll its I/O driver and timers and run the tasks
+                // they wake (a connection task reading a GOAWAY, then closing).
+                library.runtime.block_on(async {
+                    for _ in 0..4 {
+                        tokio::task::yield_now().await;
+                    }
+                });
+            }
+        });
+    if let Err(error) = started {
+        tracing::warn!("libwool: no housekeeping thread ({error}); idle connections are tidied on the next call");
+    }
 }
 
 #[cfg(test)]

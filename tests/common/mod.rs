@@ -95,6 +95,27 @@ impl Pki {
         }
     }
 
+    /// The worker's side of mutual TLS: its leaf, and this CA for client certificates.
+    pub fn server_mutual(&self) -> wool::worker::ServerCredentials {
+        wool::worker::ServerCredentials::mutual(
+            self.ca_pem.clone(),
+            self.leaf.cert_pem.clone(),
+            self.leaf.key_pem.clone(),
+        )
+    }
+
+    /// A client's mutual-TLS credentials: trusting `ca_pem`, presenting `leaf`.
+    pub fn client_mutual(&self, ca_pem: &str, leaf: &Leaf) -> wool::WorkerCredentials {
+        wool::WorkerCredentials::from_pem(
+            ca_pem.as_bytes(),
+            Some(leaf.key_pem.as_bytes()),
+            Some(leaf.cert_pem.as_bytes()),
+            true,
+            None,
+        )
+        .unwrap()
+    }
+
     /// `wool-worker` flags for mutual TLS with this PKI.
     pub fn mutual_args(&self) -> Vec<String> {
         vec![
