@@ -30,7 +30,7 @@ setup() {
 suite "setup (Wool venvs, build)" setup
 # Rust unit, integration, interop (real Wool), C harness and header tests.
 # shellcheck disable=SC2086
-suite "cargo test" cargo test --all-targets ${CARGO_TEST_ARGS:-}
+suite "cargo test" cargo test --lib --bins --tests --examples ${CARGO_TEST_ARGS:-}
 suite "doc tests" cargo test --doc
 suite "C harness under valgrind" ./scripts/valgrind-c.sh
 suite "Go binding (go test -race)" ./scripts/go-test.sh

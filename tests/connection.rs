@@ -474,3 +474,108 @@ async fn given_worker_without_idle_rpc_when_polled_then_idle_unavailable_not_rpc
         .expect("stop still works on a legacy worker");
     server.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_worker_answering_nonsense_readings_then_rpc_error_not_a_reading() {
+    for reading in [f64::NAN, -5.0, f64::INFINITY] {
+        let (address, server) = common::serve_worker_double(Some(reading)).await;
+        let conn = WorkerConnection::new(&address).unwrap();
+        let error = conn.idle(SECOND).await.unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Rpc, "{reading}: {error}");
+        server.abort();
+    }
+    let (address, server) = common::serve_worker_double(Some(12.5)).await;
+    assert_eq!(
+        WorkerConnection::new(&address)
+            .unwrap()
+            .idle(SECOND)
+            .await
+            .unwrap(),
+        12.5
+    );
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_deadlines_too_long_for_grpc_timeout_header_then_calls_still_work() {
+    let worker = reference_worker().await;
+    let conn = WorkerConnection::new(worker.address()).unwrap();
+    for seconds in [3.6e11, 1e12, 1e18] {
+        let timeout = wool::connection::timeout_from_seconds(seconds).unwrap();
+        assert!(conn.idle(timeout).await.unwrap() >= 0.0, "{seconds}");
+    }
+    let error = wool::connection::timeout_from_seconds(1e300).unwrap_err();
+    assert!(error.message().len() < 100, "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_one_connection_when_5000_dispatches_burst_then_all_succeed_and_the_connection_survives(
+) {
+    // An h2 worker closes a connection on which too many small DATA frames sit unread; the
+    // client keeps streaming calls to its limit so a burst waits its turn instead.
+    let worker = reference_worker().await;
+    let conn = Arc::new(WorkerConnection::new(worker.address()).unwrap());
+    let begun = Instant::now();
+    let tasks: Vec<_> = (0..5_000u32)
+        .map(|i| {
+            let conn = Arc::clone(&conn);
+            tokio::spawn(async move {
+                (
+                    i,
+                    conn.dispatch(
+                        "echo",
+                        i.to_be_bytes().to_vec(),
+                        Some(Duration::from_secs(60)),
+                    )
+                    .await,
+                )
+            })
+        })
+        .collect();
+    for task in tasks {
+        let (i, outcome) = task.await.unwrap();
+        assert_eq!(
+            outcome.expect("every dispatch of the burst succeeds"),
+            i.to_be_bytes()
+        );
+    }
+    eprintln!(
+        "5,000 concurrent echo dispatches took {:?}",
+        begun.elapsed()
+    );
+    assert_eq!(
+        worker.accepted_connections(),
+        1,
+        "the burst never cost the connection"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_calls_running_on_a_shared_connection_when_one_handle_stops_then_they_are_not_cut() {
+    let worker = reference_worker().await;
+    let busy = Arc::new(WorkerConnection::new(worker.address()).unwrap());
+    let tasks = start_sleepers(&worker, 3, "0.4").await;
+    let stopper = WorkerConnection::new(worker.address()).unwrap();
+    let second = {
+        let busy = Arc::clone(&busy);
+        tokio::spawn(async move {
+            busy.stop(Grace::Unbounded, Some(Duration::from_secs(10)))
+                .await
+        })
+    };
+    stopper
+        .stop(Grace::Unbounded, Some(Duration::from_secs(10)))
+        .await
+        .expect("first stop");
+    second
+        .await
+        .unwrap()
+        .expect("a second stop while draining is harmless");
+    for task in tasks {
+        assert_eq!(
+            task.await.unwrap().unwrap(),
+            b"0.4",
+            "in-flight work on the shared connection completes"
+        );
+    }
+}

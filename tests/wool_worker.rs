@@ -167,3 +167,37 @@ fn given_idle_runtime_and_worker_replaced_on_same_port_when_polled_again_then_re
         "the answer comes from the new worker"
     );
 }
+
+#[test]
+fn given_live_worker_on_unix_path_when_second_binds_it_then_refused_and_first_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("unix:{}", dir.path().join("w.sock").display());
+    let first = WorkerProcess::spawn(&["--listen".into(), listen.clone()]);
+    let second = std::process::Command::new(common::wool_worker_bin())
+        .args(["--listen", &listen])
+        .output()
+        .unwrap();
+    assert!(
+        !second.status.success(),
+        "a second worker must not take over a live socket"
+    );
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("in use"),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let rt = runtime();
+    let conn = WorkerConnection::new(&first.address).unwrap();
+    assert!(
+        rt.block_on(conn.idle(TIMEOUT)).unwrap() >= 0.0,
+        "the first worker is still reachable"
+    );
+
+    // A worker killed without cleanup leaves a dead socket file; the next one replaces it.
+    drop(first); // SIGKILL
+    let mut third = WorkerProcess::spawn(&["--listen".into(), listen]);
+    let conn = WorkerConnection::new(&third.address).unwrap();
+    assert!(rt.block_on(conn.idle(TIMEOUT)).unwrap() >= 0.0);
+    rt.block_on(conn.stop(Grace::None, TIMEOUT)).unwrap();
+    assert_eq!(third.wait_exit(Duration::from_secs(10)), Some(0));
+}

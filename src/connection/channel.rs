@@ -100,8 +100,15 @@ struct Shared {
     /// Calls between opening their stream and receiving the response head. More wait here, in
     /// order: an h2 worker closes a connection on which over 100 small request DATA frames sit
     /// unread (`too_many_data_frames`), and grpcio refuses streams beyond its limit.
-    calls: tokio::sync::Semaphore,
+    calls: Arc<tokio::sync::Semaphore>,
+    /// Streaming calls (dispatch) open at once, each for its whole life.
+    streams: Arc<tokio::sync::Semaphore>,
 }
+
+/// Marks a request (in its extensions) as a streaming call: it holds a turn among the
+/// channel's streams for as long as its stream lives.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StreamingCall;
 
 impl std::fmt::Debug for Http2Channel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -126,7 +133,8 @@ impl Http2Channel {
             shared: Arc::new(Shared {
                 origin,
                 open: tokio::sync::Mutex::new(None),
-                calls: tokio::sync::Semaphore::new(config.max_concurrent_calls),
+                calls: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_calls)),
+                streams: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_calls)),
                 config,
             }),
         }
@@ -153,19 +161,26 @@ impl Http2Channel {
         Ok(dialed)
     }
 
-    /// Closes the current connection now, if there is one; the next call dials anew.
+    /// Lets go of the current connection, if there is one: the next call dials anew, and the
+    /// connection closes (GOAWAY, then the socket) as soon as no call is using it any more.
     ///
     /// Used once a worker has answered `stop`: it is retiring and waits for its clients to hang
-    /// up, and a host whose library runtime sits idle between calls would otherwise never read
-    /// the worker's GOAWAY and keep it waiting for its whole grace.
+    /// up, and a host whose library runtime sits idle between calls would otherwise leave it
+    /// waiting. Calls still running on the connection (other handles share it) are not cut.
     pub(crate) async fn close(&self) {
         let Some(open) = self.shared.open.lock().await.take() else {
             return;
         };
-        open.ended.store(true, Ordering::Release);
-        open.task.abort();
-        // Let the runtime drop the aborted task (and so the socket) before the call returns.
-        while !open.task.is_finished() {
+        let Open {
+            send, ended, task, ..
+        } = open;
+        drop(send); // with no handle left, h2 closes the connection once its streams are done
+                    // A few turns for the connection task to do so now; if calls are still running it
+                    // finishes later, driven by them or by the housekeeper.
+        for _ in 0..8 {
+            if ended.load(Ordering::Acquire) || task.is_finished() {
+                break;
+            }
             tokio::task::yield_now().await;
         }
     }
@@ -188,12 +203,18 @@ impl Http2Channel {
         self,
         request: http::Request<tonic::body::Body>,
     ) -> Result<http::Response<ResponseBody>, Status> {
-        let _turn = self
-            .shared
-            .calls
-            .acquire()
+        // A unary call holds its turn until the response head; a streaming one (dispatch) for
+        // as long as its stream lives, so a burst of them cannot flood the worker.
+        let streaming = request.extensions().get::<StreamingCall>().is_some();
+        let turns = if streaming {
+            &self.shared.streams
+        } else {
+            &self.shared.calls
+        };
+        let turn = Arc::clone(turns)
+            .acquire_owned()
             .await
-            .expect("the call semaphore is never closed");
+            .expect("the call semaphores are never closed");
         let Open { send, .. } = self.connection().await?;
         let mut send = send.ready().await.map_err(|e| status_from_h2(&e))?;
         let (mut head, body) = request.into_parts();
@@ -210,9 +231,11 @@ impl Http2Channel {
             tokio::spawn(pump.run());
         }
         let response = response.await.map_err(|e| status_from_h2(&e))?;
+        let stream_turn = streaming.then_some(turn);
         Ok(response.map(|recv| ResponseBody {
             recv,
             data_done: false,
+            _stream_turn: stream_turn,
         }))
     }
 }
@@ -410,6 +433,8 @@ impl<F: Future<Output = ()>> NowOrNeverPending for F {
 pub(crate) struct ResponseBody {
     recv: h2::RecvStream,
     data_done: bool,
+    /// A streaming call's turn, released when the response body is done with.
+    _stream_turn: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl Body for ResponseBody {

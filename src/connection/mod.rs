@@ -82,7 +82,9 @@ pub fn timeout_from_seconds(seconds: f64) -> Result<Option<Duration>, Error> {
         return Ok(None);
     }
     Duration::try_from_secs_f64(seconds).map(Some).map_err(|_| {
-        Error::invalid_argument(format!("timeout of {seconds} s is too large; use infinity"))
+        Error::invalid_argument(format!(
+            "timeout of {seconds:.3e} s is too large; use infinity"
+        ))
     })
 }
 
@@ -156,6 +158,7 @@ impl WorkerConnection {
     /// long as it takes.
     ///
     /// Errors: [`ErrorKind::IdleUnavailable`] when the worker predates the `idle` RPC,
+    /// [`ErrorKind::Rpc`] when it answers with NaN, a negative or an infinite reading,
     /// [`ErrorKind::Transient`] when it cannot be reached or the deadline passes,
     /// [`ErrorKind::Handshake`] on TLS failures, [`ErrorKind::Rpc`] otherwise.
     pub async fn idle(&self, timeout: Option<Duration>) -> Result<f64, Error> {
@@ -163,7 +166,17 @@ impl WorkerConnection {
         let mut client = self.client()?;
         let answer =
             with_deadline(Call::Idle, timeout, client.idle(request(Void {}, timeout))).await?;
-        Ok(answer.into_inner().seconds)
+        let seconds = answer.into_inner().seconds;
+        if !(seconds.is_finite() && seconds >= 0.0) {
+            return Err(Error::new(
+                ErrorKind::Rpc,
+                Some(tonic::Code::Internal),
+                format!(
+                    "the worker answered idle with {seconds}, not a finite number of seconds >= 0"
+                ),
+            ));
+        }
+        Ok(seconds)
     }
 
     /// Stops (retires) the worker with `grace` for its in-flight work; returns once the worker
@@ -208,10 +221,9 @@ impl WorkerConnection {
         };
         let _ = requests.try_send(payload(RequestPayload::Task(task)));
         let exchange = async move {
-            let mut responses = client
-                .dispatch(request(ReceiverStream::new(outbound), timeout))
-                .await?
-                .into_inner();
+            let mut call = request(ReceiverStream::new(outbound), timeout);
+            call.extensions_mut().insert(channel::StreamingCall);
+            let mut responses = client.dispatch(call).await?.into_inner();
             match responses.message().await?.and_then(|r| r.payload) {
                 Some(ResponsePayload::Ack(_)) => {}
                 Some(ResponsePayload::Nack(nack)) => {
@@ -245,9 +257,13 @@ fn payload(payload: RequestPayload) -> Request {
     }
 }
 
+/// The longest deadline the `grpc-timeout` header can carry (8 digits of hours); a longer one
+/// is enforced locally only (tonic would panic formatting it).
+const MAX_GRPC_TIMEOUT: Duration = Duration::from_secs(99_999_999 * 3600);
+
 fn request<T>(message: T, timeout: Option<Duration>) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
-    if let Some(timeout) = timeout {
+    if let Some(timeout) = timeout.filter(|t| *t <= MAX_GRPC_TIMEOUT) {
         request.set_timeout(timeout); // tells the worker (grpc-timeout); enforced locally too
     }
     request

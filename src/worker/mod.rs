@@ -229,7 +229,7 @@ impl WorkerBuilder {
         let count = Arc::clone(&accepted);
         let (address, unix_path, server_task): (
             String,
-            Option<PathBuf>,
+            Option<(PathBuf, (u64, u64))>,
             JoinHandle<Result<(), tonic::transport::Error>>,
         ) = match &self.listen {
             ListenAddress::Tcp(spec) => {
@@ -269,7 +269,8 @@ impl WorkerBuilder {
                 let task = tokio::spawn(
                     router.serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned()),
                 );
-                (format!("unix:{}", path.display()), Some(path.clone()), task)
+                let bound = file_identity(path).map(|identity| (path.clone(), identity));
+                (format!("unix:{}", path.display()), bound, task)
             }
         };
         Ok(WorkerHandle {
@@ -282,20 +283,36 @@ impl WorkerBuilder {
     }
 }
 
-/// Removes a leftover socket file (only a socket, never another kind of file) so a restarted
-/// worker can bind the same path.
+/// Removes a leftover socket file so a restarted worker can bind the same path: only a socket
+/// (never another kind of file) and only a dead one (nobody accepts on it). A live worker's
+/// socket is left alone, and binding then fails with "address in use", as TCP does.
 fn remove_stale_socket(path: &std::path::Path) {
     use std::os::unix::fs::FileTypeExt;
-    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+    let is_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
+    let refused = || {
+        std::os::unix::net::UnixStream::connect(path)
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+    };
+    if is_socket && refused() {
         let _ = std::fs::remove_file(path);
     }
+}
+
+/// The identity (device, inode) of the socket file this worker bound, so that at exit it removes
+/// its own socket and never one that another process has put at the same path since.
+fn file_identity(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 /// A serving worker: its address, idle reading, and stop.
 #[derive(Debug)]
 pub struct WorkerHandle {
     address: String,
-    unix_path: Option<PathBuf>,
+    /// The Unix socket this worker bound, and its file identity (see [`file_identity`]).
+    unix_path: Option<(PathBuf, (u64, u64))>,
     state: Arc<WorkerState>,
     accepted: Arc<AtomicU64>,
     server: tokio::sync::Mutex<Option<JoinHandle<Result<(), tonic::transport::Error>>>>,
@@ -355,8 +372,10 @@ impl WorkerHandle {
     }
 
     fn cleanup(&self, result: Result<(), WorkerError>) -> Result<(), WorkerError> {
-        if let Some(path) = &self.unix_path {
-            remove_stale_socket(path);
+        if let Some((path, identity)) = &self.unix_path {
+            if file_identity(path).as_ref() == Some(identity) {
+                let _ = std::fs::remove_file(path);
+            }
         }
         result
     }

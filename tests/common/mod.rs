@@ -211,13 +211,19 @@ pub fn unused_local_address() -> String {
 /// `idle` answers `UNIMPLEMENTED` ("Method not found!", grpcio's text). Serves on the current
 /// runtime until the returned task is aborted; returns its address.
 pub async fn serve_legacy_worker() -> (String, tokio::task::JoinHandle<()>) {
+    serve_worker_double(None).await
+}
+
+/// A stand-in worker whose `idle` answers `reading` (any f64, NaN included), or, for `None`,
+/// `UNIMPLEMENTED` like a worker that predates the RPC. `stop` answers at once.
+pub async fn serve_worker_double(reading: Option<f64>) -> (String, tokio::task::JoinHandle<()>) {
     use wool::protocol::worker_server::{Worker, WorkerServer};
     use wool::protocol::{Idle, Request, Response, StopRequest, Void};
 
-    struct Legacy;
+    struct Double(Option<f64>);
 
     #[tonic::async_trait]
-    impl Worker for Legacy {
+    impl Worker for Double {
         type dispatchStream = tokio_stream::Empty<Result<Response, tonic::Status>>;
 
         async fn dispatch(
@@ -240,7 +246,10 @@ pub async fn serve_legacy_worker() -> (String, tokio::task::JoinHandle<()>) {
             &self,
             _: tonic::Request<Void>,
         ) -> Result<tonic::Response<Idle>, tonic::Status> {
-            Err(tonic::Status::unimplemented("Method not found!"))
+            match self.0 {
+                Some(seconds) => Ok(tonic::Response::new(Idle { seconds })),
+                None => Err(tonic::Status::unimplemented("Method not found!")),
+            }
         }
     }
 
@@ -249,7 +258,7 @@ pub async fn serve_legacy_worker() -> (String, tokio::task::JoinHandle<()>) {
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let task = tokio::spawn(async move {
         let _ = tonic::transport::Server::builder()
-            .add_service(WorkerServer::new(Legacy))
+            .add_service(WorkerServer::new(Double(reading)))
             .serve_with_incoming(incoming)
             .await;
     });
