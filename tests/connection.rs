@@ -579,3 +579,23 @@ async fn given_calls_running_on_a_shared_connection_when_one_handle_stops_then_t
         );
     }
 }
+
+#[test]
+fn given_credentials_rustls_would_refuse_then_invalid_argument_at_creation() {
+    let pki = Pki::generate();
+    // A certificate block whose body is not a certificate.
+    let junk_cert = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+    let error =
+        WorkerCredentials::from_pem(junk_cert.as_bytes(), None, None, false, None).unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{error}");
+    // A client key that does not belong to the client certificate.
+    let error = WorkerCredentials::from_pem(
+        pki.ca_pem.as_bytes(),
+        Some(pki.other_leaf.key_pem.as_bytes()),
+        Some(pki.leaf.cert_pem.as_bytes()),
+        true,
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{error}");
+}

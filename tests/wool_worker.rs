@@ -201,3 +201,36 @@ fn given_live_worker_on_unix_path_when_second_binds_it_then_refused_and_first_ke
     rt.block_on(conn.stop(Grace::None, TIMEOUT)).unwrap();
     assert_eq!(third.wait_exit(Duration::from_secs(10)), Some(0));
 }
+
+#[test]
+fn given_long_task_when_sigterm_twice_then_second_cancels_it_and_exit_zero() {
+    let mut worker = WorkerProcess::plaintext();
+    let conn = std::sync::Arc::new(WorkerConnection::new(&worker.address).unwrap());
+    let rt = runtime();
+    let task = {
+        let conn = std::sync::Arc::clone(&conn);
+        rt.spawn(async move {
+            conn.dispatch("sleep", b"1000".to_vec(), Some(Duration::from_secs(30)))
+                .await
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while rt.block_on(conn.idle(TIMEOUT)).unwrap() != 0.0 {
+        assert!(std::time::Instant::now() < deadline, "task never in flight");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let pid = worker.child.id() as i32;
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(worker.is_running(), "the first signal waits for the task");
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(
+        worker.wait_exit(Duration::from_secs(10)),
+        Some(0),
+        "the second signal cancels the task and the worker exits"
+    );
+    assert!(
+        rt.block_on(task).unwrap().is_err(),
+        "the cancelled task reports an error to its caller"
+    );
+}

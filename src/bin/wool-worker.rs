@@ -4,7 +4,7 @@
 //!
 //! Prints its dialable address as the first stdout line (flushed at once), serves the `echo` and
 //! `sleep` routines, and exits 0 once a `stop` has completed. SIGTERM and SIGINT stop it
-//! gracefully (in-flight tasks may finish). Logs go to stderr (`RUST_LOG` sets the level).
+//! gracefully (in-flight tasks may finish); a second one cancels what is still in flight. Logs go to stderr (`RUST_LOG` sets the level).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -114,6 +114,14 @@ async fn run(args: Args) -> Result<(), String> {
         _ = interrupt.recv() => {}
     }
     tracing::info!("signal received: stopping, in-flight tasks may finish");
-    worker.stop(Grace::Unbounded).await;
+    let graceful = worker.stop(Grace::Unbounded);
+    tokio::pin!(graceful);
+    tokio::select! {
+        () = &mut graceful => {}
+        _ = async { tokio::select! { _ = terminate.recv() => {}, _ = interrupt.recv() => {} } } => {
+            eprintln!("wool-worker: second signal: cancelling in-flight tasks");
+            worker.stop(Grace::None).await;
+        }
+    }
     worker.wait().await.map_err(|e| e.to_string())
 }

@@ -44,8 +44,9 @@ impl WorkerCredentials {
     ///   means the dialed host.
     ///
     /// Errors: [`ErrorKind::InvalidArgument`](super::ErrorKind::InvalidArgument) when a PEM holds
-    /// no certificate or key, mutual TLS lacks the key or certificate, or `identity` is not a
-    /// valid DNS name or IP address.
+    /// no certificate or key, a certificate does not parse, the key does not match the client
+    /// certificate, mutual TLS lacks the key or certificate, or `identity` is not a valid DNS
+    /// name or IP address.
     pub fn from_pem(
         ca_pem: &[u8],
         key_pem: Option<&[u8]>,
@@ -73,11 +74,15 @@ impl WorkerCredentials {
                 ))
             })?;
         }
-        Ok(Self {
+        let credentials = Self {
             ca_pem: ca_pem.to_vec(),
             client,
             identity,
-        })
+        };
+        // Build the TLS configuration once now, so that anything rustls would refuse later (a
+        // certificate that does not parse, a key that does not match its certificate) fails here.
+        credentials.client_config("localhost")?;
+        Ok(credentials)
     }
 
     /// Credentials from PEM files; as [`from_pem`](Self::from_pem), plus an

@@ -42,6 +42,11 @@ impl Target {
             if path.is_empty() {
                 return Err(invalid("empty socket path"));
             }
+            if path.len() >= MAX_SOCKET_PATH {
+                return Err(invalid(
+                    "socket path too long (a Unix socket path holds at most 107 bytes)",
+                ));
+            }
             return Ok(Target::Unix(PathBuf::from(path)));
         }
         if let Some(rest) = text.strip_prefix("ipv4:") {
@@ -86,6 +91,9 @@ impl Target {
             }
             None if host.contains(':') => return Err(invalid("IPv6 address must be in brackets")),
             None if host.is_empty() => return Err(invalid("missing host")),
+            None if !is_host_name(host) => {
+                return Err(invalid("host must be a DNS name (letters, digits, '-', '_', '.'; at most 253) or an IP address"))
+            }
             None => host,
         };
         Ok(Target::Tcp {
@@ -112,6 +120,22 @@ impl std::fmt::Display for Target {
             Target::Unix(path) => write!(f, "unix:{}", path.display()),
         }
     }
+}
+
+/// `sun_path` holds 108 bytes including the terminating NUL.
+const MAX_SOCKET_PATH: usize = 108;
+
+/// A name a resolver could look up: DNS labels (`_` allowed, as resolvers accept it), at most
+/// 253 bytes; anything else can never be dialed and is the caller's mistake.
+fn is_host_name(host: &str) -> bool {
+    host.len() <= 253
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
 }
 
 fn split_port(text: &str) -> Result<(&str, u16), &'static str> {
@@ -191,6 +215,21 @@ mod tests {
                 "{text}: {error}"
             );
         }
+    }
+
+    #[test]
+    fn overlong_names_and_socket_paths_are_invalid_arguments() {
+        let long_host = format!("{}:1", "a".repeat(300));
+        let long_path = format!("unix:/tmp/{}", "p".repeat(110));
+        for text in [long_host, long_path] {
+            let error = Target::parse(&text).unwrap_err();
+            assert_eq!(error.kind(), super::super::ErrorKind::InvalidArgument);
+            assert!(
+                error.message().len() < 600,
+                "the message does not repeat a huge input whole"
+            );
+        }
+        assert!(Target::parse(&format!("unix:/tmp/{}", "p".repeat(90))).is_ok());
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The C ABI: `include/wool.h`, generated from this module by cbindgen (see `cbindgen.toml` and
-//! `tests/header.rs`). The contract is shared/design/C-API.md; every name here is part of it.
+//! `tests/header.rs`). The contract is docs/C-API.md; every name here is part of it.
 //!
 //! One file per C-visible type ([`status`], [`connection`], [`credentials`]), plus the boundary
 //! itself, written once:

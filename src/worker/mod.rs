@@ -144,6 +144,35 @@ impl ServerCredentials {
         }
     }
 
+    /// Checks the PEM before tonic sees it, so a bad file is named rather than reported as a
+    /// bare "transport error".
+    fn check(&self) -> Result<(), WorkerError> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let certificates = |what: &str, pem: &[u8]| {
+            let parsed: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(pem).collect();
+            match parsed {
+                Ok(certs) if !certs.is_empty() => Ok(()),
+                Ok(_) => Err(WorkerError::Tls(format!(
+                    "the {what} PEM holds no certificate"
+                ))),
+                Err(e) => Err(WorkerError::Tls(format!(
+                    "the {what} PEM is malformed: {e}"
+                ))),
+            }
+        };
+        certificates("worker certificate", &self.cert_pem)?;
+        PrivateKeyDer::from_pem_slice(&self.key_pem).map_err(|e| {
+            WorkerError::Tls(format!(
+                "the worker key PEM holds no usable private key: {e}"
+            ))
+        })?;
+        if let Some(ca) = &self.client_ca_pem {
+            certificates("client CA", ca)?;
+        }
+        Ok(())
+    }
+
     fn tls_config(&self) -> ServerTlsConfig {
         let config =
             ServerTlsConfig::new().identity(Identity::from_pem(&self.cert_pem, &self.key_pem));
@@ -215,6 +244,7 @@ impl WorkerBuilder {
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(Duration::from_secs(30)));
         if let Some(credentials) = &self.credentials {
+            credentials.check()?;
             server = server
                 .tls_config(credentials.tls_config())
                 .map_err(|e| WorkerError::Tls(e.to_string()))?;
