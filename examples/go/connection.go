@@ -19,6 +19,13 @@ import (
 // Any negative grace means the same.
 const GraceForever time.Duration = -1
 
+// MaxBlockingCalls bounds the library calls blocked at once across the process (each holds an
+// OS thread). Further calls wait for a slot, giving up when their context ends, so a storm of
+// abandoned calls to a worker that never answers cannot exhaust the Go runtime's threads.
+const MaxBlockingCalls = 1024
+
+var blockingCalls = make(chan struct{}, MaxBlockingCalls)
+
 // Connection is a lazy handle to one worker, like Wool's WorkerConnection: Connect does no
 // I/O, and a worker that cannot be reached shows up on the first Idle or Stop as ErrTransient.
 // Connections to the same target with equal credentials share one pooled HTTP/2 channel
@@ -162,11 +169,21 @@ func (c *Connection) do(ctx context.Context, op string, f func(*C.wool_connectio
 	if !ok {
 		return contextError(op, c.target, context.DeadlineExceeded)
 	}
+	// Each blocking C call holds an OS thread until the library answers; calls abandoned by
+	// their context (a worker that never answers, no deadline) would otherwise pile up threads
+	// until the Go runtime's limit kills the process. Wait for a slot instead.
+	select {
+	case blockingCalls <- struct{}{}:
+	case <-ctx.Done():
+		return contextError(op, c.target, ctx.Err())
+	}
 	ptr, err := c.acquire()
 	if err != nil {
+		<-blockingCalls
 		return wrapClosed(op, c.target, err)
 	}
 	run := func() error {
+		defer func() { <-blockingCalls }()
 		defer c.release()
 		err := call(op, c.target, func() C.wool_status { return f(ptr, timeout) })
 		runtime.KeepAlive(c)

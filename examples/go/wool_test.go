@@ -610,3 +610,33 @@ func TestHundredGoroutinesShareOneConnection(t *testing.T) {
 		t.Errorf("calls in flight after all returned: %d", n)
 	}
 }
+
+// A storm of calls abandoned by their contexts against a worker that never answers must not
+// pile up blocked OS threads without bound (the Go runtime dies at 10,000): calls beyond
+// MaxBlockingCalls wait for a slot and give up with their context.
+func TestAbandonedCallsAreBounded(t *testing.T) {
+	server := workertest.StartHoldServer(t)
+	defer server.Release()
+	conn, err := wool.Connect(server.Address())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const storm = 2 * wool.MaxBlockingCalls
+	var wg sync.WaitGroup
+	for i := 0; i < storm; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(time.Millisecond, cancel)
+			if _, err := conn.Idle(ctx); !errors.Is(err, context.Canceled) {
+				t.Errorf("want context.Canceled, got %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := wool.CallsInFlight(conn); n > wool.MaxBlockingCalls {
+		t.Fatalf("%d library calls blocked at once, want at most %d", n, wool.MaxBlockingCalls)
+	}
+}
