@@ -19,6 +19,7 @@
 //! wool_bench dispatch-raw ADDR CONCURRENCY SECONDS TEMPLATE raw stub replaying a Task template
 //!                                                   (prost bytes; fresh UUID id per dispatch)
 //! wool_bench poller   ADDR HZ SECONDS               idle polls at HZ (a fleet manager's poller)
+//!                                                   until stdin closes (at most SECONDS)
 //! ```
 
 use std::io::{BufRead, Read, Write};
@@ -144,21 +145,34 @@ fn run(args: &[String]) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Latency summary of `samples` (nanoseconds, one per call) over `elapsed` wall time.
-fn latency_json(mut samples: Vec<u64>, elapsed: Duration, extra: &str) -> String {
+/// CPU time of this whole process (all threads), in seconds.
+fn process_cpu() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes into a local timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// Latency summary of `samples` (nanoseconds, one per call) over `elapsed` wall time, with the
+/// process CPU time the calls took (`cpu` seconds).
+fn latency_json(mut samples: Vec<u64>, elapsed: Duration, cpu: f64) -> String {
     samples.sort_unstable();
     let n = samples.len().max(1);
     let pick = |q: f64| samples[((q * n as f64).ceil() as usize).clamp(1, n) - 1] as f64 / 1e3;
     let mean = samples.iter().sum::<u64>() as f64 / n as f64 / 1e3;
     format!(
         "{{\"n\":{},\"median_us\":{:.2},\"p99_us\":{:.2},\"mean_us\":{:.2},\"min_us\":{:.2},\
-         \"polls_per_s\":{:.1}{extra}}}",
+         \"polls_per_s\":{:.1},\"cpu_us_per_poll\":{:.2}}}",
         samples.len(),
         pick(0.5),
         pick(0.99),
         mean,
         samples.first().copied().unwrap_or(0) as f64 / 1e3,
         samples.len() as f64 / elapsed.as_secs_f64(),
+        cpu * 1e6 / n as f64,
     )
 }
 
@@ -172,13 +186,14 @@ async fn seq_raw(addr: &str, n: usize, warmup: usize) -> Result<String, BoxError
         client.idle(Void {}).await?;
     }
     let mut samples = Vec::with_capacity(n);
+    let cpu = process_cpu();
     let start = Instant::now();
     for _ in 0..n {
         let t = Instant::now();
         client.idle(Void {}).await?;
         samples.push(t.elapsed().as_nanos() as u64);
     }
-    Ok(latency_json(samples, start.elapsed(), ""))
+    Ok(latency_json(samples, start.elapsed(), process_cpu() - cpu))
 }
 
 /// (b) `WorkerConnection::idle` with a 10 s deadline (as a host would pass one).
@@ -189,13 +204,14 @@ async fn seq_conn(addr: &str, n: usize, warmup: usize) -> Result<String, BoxErro
         conn.idle(timeout).await?;
     }
     let mut samples = Vec::with_capacity(n);
+    let cpu = process_cpu();
     let start = Instant::now();
     for _ in 0..n {
         let t = Instant::now();
         conn.idle(timeout).await?;
         samples.push(t.elapsed().as_nanos() as u64);
     }
-    Ok(latency_json(samples, start.elapsed(), ""))
+    Ok(latency_json(samples, start.elapsed(), process_cpu() - cpu))
 }
 
 /// Bursts of `level` concurrent `idle()` calls (tokio tasks) on one `WorkerConnection`,
@@ -452,35 +468,36 @@ async fn raw_dispatch(client: &mut WorkerClient<Channel>, mut task: Task) -> Res
         .await
         .map_err(|s| format!("dispatch: {s}"))?
         .into_inner();
-    let mut next = |what: &'static str| {
-        let responses = &mut responses;
-        async move {
-            loop {
-                match responses.message().await {
-                    Err(s) => return Err(format!("{what}: {s}")),
-                    Ok(None) => return Err(format!("{what}: end of stream")),
-                    // Skip frames that carry only a context.
-                    Ok(Some(r)) => {
-                        if let Some(p) = r.payload {
-                            return Ok(p);
-                        }
-                    }
-                }
-            }
-        }
-    };
-    match next("ack").await? {
+    match next(&mut responses, "ack").await? {
         ResponsePayload::Ack(_) => {}
         other => return Err(format!("expected ack, got {}", short(&other))),
     }
     let _ = tx.send(request(RequestPayload::Next(Void {}))).await;
-    match next("result").await? {
+    match next(&mut responses, "result").await? {
         ResponsePayload::Result(_) => {}
         other => return Err(format!("expected result, got {}", short(&other))),
     }
     drop(tx);
     while let Ok(Some(_)) = responses.message().await {}
     Ok(())
+}
+
+/// The next response that carries a payload (frames with only a context are skipped).
+async fn next(
+    responses: &mut tonic::Streaming<wool::protocol::Response>,
+    what: &str,
+) -> Result<ResponsePayload, String> {
+    loop {
+        match responses.message().await {
+            Err(s) => return Err(format!("{what}: {s}")),
+            Ok(None) => return Err(format!("{what}: end of stream")),
+            Ok(Some(r)) => {
+                if let Some(p) = r.payload {
+                    return Ok(p);
+                }
+            }
+        }
+    }
 }
 
 fn short(payload: &ResponsePayload) -> String {
@@ -515,10 +532,17 @@ async fn dispatch_raw(
     .await
 }
 
-/// Polls `idle` at `hz` (tokio interval; late ticks are delayed, not bunched) for `seconds`.
+/// Polls `idle` at `hz` (tokio interval; late ticks are delayed, not bunched) until stdin
+/// closes or `seconds` have passed, then prints what it achieved.
 async fn poller(addr: &str, hz: f64, seconds: f64) -> Result<String, BoxError> {
     let conn = WorkerConnection::new(addr)?;
     conn.idle(Some(Duration::from_secs(10))).await?;
+    let (closed_tx, mut closed) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = std::io::stdin().read_to_end(&mut sink);
+        let _ = closed_tx.send(());
+    });
     println!("started");
     std::io::stdout().flush()?;
     let mut interval = tokio::time::interval(Duration::from_secs_f64(1.0 / hz));
@@ -527,7 +551,10 @@ async fn poller(addr: &str, hz: f64, seconds: f64) -> Result<String, BoxError> {
     let start = Instant::now();
     let budget = Duration::from_secs_f64(seconds);
     while start.elapsed() < budget {
-        interval.tick().await;
+        tokio::select! {
+            _ = &mut closed => break,
+            _ = interval.tick() => {}
+        }
         match conn.idle(Some(Duration::from_secs(5))).await {
             Ok(_) => ok += 1,
             Err(_) => failed += 1,

@@ -1,0 +1,220 @@
+/* idle_bench: wool_idle from C, for scripts/bench.sh (see BENCHMARKS.md).
+ *
+ *   idle_bench seq     ADDR N WARMUP [TIMEOUT] sequential polls on one handle: latency summary
+ *                                             (TIMEOUT seconds per call, default 10; "inf" = none)
+ *   idle_bench burst   ADDR LEVELS SECONDS    bursts of N threads polling at once on ONE handle
+ *                                             (threads are capped at 256: see BENCHMARKS.md)
+ *   idle_bench handles ADDR N                 N handles (wool_connect), each polled once; prints
+ *                                             "ready {...}" and waits for a line on stdin
+ *
+ * Prints one line of JSON on stdout. Not a test: nothing here asserts on time.
+ * Build: cc -O2 -Iinclude benches/c/idle_bench.c -Ltarget/release -Wl,-rpath,... -lwool -lpthread
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "wool.h"
+
+#define MAX_THREADS 256
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void die(const char *what, wool_status s) {
+    char msg[512];
+    wool_last_error(msg, sizeof msg);
+    fprintf(stderr, "idle_bench: %s: %s: %s\n", what, wool_status_name(s), msg);
+    exit(1);
+}
+
+static double process_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static double pick(const uint64_t *sorted, size_t n, double q) {
+    size_t i = (size_t)ceil(q * (double)n);
+    if (i < 1) i = 1;
+    if (i > n) i = n;
+    return (double)sorted[i - 1] / 1e3;
+}
+
+static int seq(const char *addr, size_t n, size_t warmup, double timeout) {
+    wool_connection *conn;
+    wool_status s = wool_connect(addr, NULL, &conn);
+    if (s != WOOL_STATUS_OK) die("wool_connect", s);
+    double idle;
+    for (size_t i = 0; i < warmup; i++)
+        if ((s = wool_idle(conn, timeout, &idle)) != WOOL_STATUS_OK) die("wool_idle", s);
+    uint64_t *samples = malloc(n * sizeof *samples);
+    double cpu = process_cpu();
+    uint64_t start = now_ns();
+    for (size_t i = 0; i < n; i++) {
+        uint64_t t = now_ns();
+        if ((s = wool_idle(conn, timeout, &idle)) != WOOL_STATUS_OK) die("wool_idle", s);
+        samples[i] = now_ns() - t;
+    }
+    double elapsed = (double)(now_ns() - start) / 1e9;
+    cpu = process_cpu() - cpu;
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += (double)samples[i];
+    qsort(samples, n, sizeof *samples, cmp_u64);
+    printf("{\"n\":%zu,\"median_us\":%.2f,\"p99_us\":%.2f,\"mean_us\":%.2f,\"min_us\":%.2f,"
+           "\"polls_per_s\":%.1f,\"cpu_us_per_poll\":%.2f}\n",
+           n, pick(samples, n, 0.5), pick(samples, n, 0.99), sum / (double)n / 1e3,
+           (double)samples[0] / 1e3, (double)n / elapsed, cpu * 1e6 / (double)n);
+    free(samples);
+    wool_free(conn);
+    return 0;
+}
+
+/* ---- bursts: every thread polls once per burst, between two barrier waits ---- */
+
+struct burst_shared {
+    wool_connection *conn;
+    pthread_barrier_t start, done;
+    int level;
+    volatile int stop;
+    uint64_t failed[MAX_THREADS];
+    uint64_t ok[MAX_THREADS];
+    char first_error[256];
+    pthread_mutex_t lock;
+};
+
+struct burst_arg {
+    struct burst_shared *shared;
+    int index;
+};
+
+static void *burst_thread(void *p) {
+    struct burst_arg *arg = p;
+    struct burst_shared *sh = arg->shared;
+    for (;;) {
+        pthread_barrier_wait(&sh->start);
+        if (sh->stop) return NULL;
+        double idle;
+        wool_status s = wool_idle(sh->conn, 60.0, &idle);
+        if (s == WOOL_STATUS_OK) {
+            sh->ok[arg->index]++;
+        } else {
+            sh->failed[arg->index]++;
+            pthread_mutex_lock(&sh->lock);
+            if (!sh->first_error[0]) {
+                char msg[200];
+                wool_last_error(msg, sizeof msg);
+                snprintf(sh->first_error, sizeof sh->first_error, "%s: %s", wool_status_name(s), msg);
+            }
+            pthread_mutex_unlock(&sh->lock);
+        }
+        pthread_barrier_wait(&sh->done);
+    }
+}
+
+static void json_string(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20) printf("\\u%04x", *s);
+        else putchar(*s);
+    }
+    putchar('"');
+}
+
+static int burst(const char *addr, const char *levels, double seconds) {
+    wool_connection *conn;
+    wool_status s = wool_connect(addr, NULL, &conn);
+    if (s != WOOL_STATUS_OK) die("wool_connect", s);
+    double idle;
+    if ((s = wool_idle(conn, 10.0, &idle)) != WOOL_STATUS_OK) die("wool_idle", s);
+    printf("{\"max_threads\":%d,\"levels\":[", MAX_THREADS);
+    char *copy = strdup(levels), *save = NULL;
+    int first = 1;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int level = atoi(tok);
+        if (level < 1 || level > MAX_THREADS) continue; /* capped: see the header comment */
+        struct burst_shared *sh = calloc(1, sizeof *sh);
+        sh->conn = conn;
+        sh->level = level;
+        pthread_mutex_init(&sh->lock, NULL);
+        pthread_barrier_init(&sh->start, NULL, (unsigned)level + 1);
+        pthread_barrier_init(&sh->done, NULL, (unsigned)level + 1);
+        pthread_t threads[MAX_THREADS];
+        struct burst_arg args[MAX_THREADS];
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, 256 * 1024);
+        for (int i = 0; i < level; i++) {
+            args[i] = (struct burst_arg){sh, i};
+            pthread_create(&threads[i], &attr, burst_thread, &args[i]);
+        }
+        uint64_t bursts = 0, start = now_ns(), budget = (uint64_t)(seconds * 1e9);
+        do {
+            pthread_barrier_wait(&sh->start);
+            pthread_barrier_wait(&sh->done);
+            bursts++;
+        } while (now_ns() - start < budget);
+        double elapsed = (double)(now_ns() - start) / 1e9;
+        sh->stop = 1;
+        pthread_barrier_wait(&sh->start);
+        for (int i = 0; i < level; i++) pthread_join(threads[i], NULL);
+        uint64_t ok = 0, failed = 0;
+        for (int i = 0; i < level; i++) ok += sh->ok[i], failed += sh->failed[i];
+        printf("%s{\"concurrency\":%d,\"bursts\":%llu,\"ok\":%llu,\"failed\":%llu,"
+               "\"polls_per_s\":%.1f,\"first_error\":",
+               first ? "" : ",", level, (unsigned long long)bursts, (unsigned long long)ok,
+               (unsigned long long)failed, (double)(ok + failed) / elapsed);
+        json_string(sh->first_error);
+        putchar('}');
+        first = 0;
+        pthread_barrier_destroy(&sh->start);
+        pthread_barrier_destroy(&sh->done);
+        free(sh);
+    }
+    printf("]}\n");
+    free(copy);
+    wool_free(conn);
+    return 0;
+}
+
+static int handles(const char *addr, size_t n) {
+    wool_connection **conns = calloc(n, sizeof *conns);
+    size_t failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        wool_status s = wool_connect(addr, NULL, &conns[i]);
+        if (s != WOOL_STATUS_OK) die("wool_connect", s);
+        double idle;
+        if (wool_idle(conns[i], 10.0, &idle) != WOOL_STATUS_OK) failed++;
+    }
+    printf("ready {\"handles\":%zu,\"failed\":%zu}\n", n, failed);
+    fflush(stdout);
+    char line[64];
+    if (!fgets(line, sizeof line, stdin)) { /* EOF: done all the same */ }
+    for (size_t i = 0; i < n; i++) wool_free(conns[i]);
+    free(conns);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 5 && !strcmp(argv[1], "seq"))
+        return seq(argv[2], strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10),
+                   argc >= 6 ? strtod(argv[5], NULL) : 10.0);
+    if (argc >= 5 && !strcmp(argv[1], "burst")) return burst(argv[2], argv[3], atof(argv[4]));
+    if (argc >= 4 && !strcmp(argv[1], "handles")) return handles(argv[2], strtoull(argv[3], NULL, 10));
+    fprintf(stderr, "usage: idle_bench seq ADDR N WARMUP | burst ADDR LEVELS SECONDS | handles ADDR N\n");
+    return 2;
+}

@@ -1,0 +1,113 @@
+/* pingpong: the floor (g) — a one-byte TCP ping-pong between two processes on loopback.
+ *
+ *   pingpong N WARMUP [CLIENT_CPU SERVER_CPU]
+ *
+ * The parent listens on 127.0.0.1:0, forks a child that connects; both set TCP_NODELAY. The
+ * parent writes one byte and blocks until the child writes it back, N times after WARMUP
+ * round trips. Prints one line of JSON (same fields as the idle benches). Not a test.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <sched.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static double process_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static double pick(const uint64_t *sorted, size_t n, double q) {
+    size_t i = (size_t)ceil(q * (double)n);
+    if (i < 1) i = 1;
+    if (i > n) i = n;
+    return (double)sorted[i - 1] / 1e3;
+}
+
+static void nodelay(int fd) {
+    int one = 1;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0) { perror("TCP_NODELAY"); exit(1); }
+}
+
+static void pin(const char *cpu) { /* pin the calling process to one CPU */
+    if (!cpu) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(atoi(cpu), &set);
+    if (sched_setaffinity(0, sizeof set, &set) < 0) { perror("sched_setaffinity"); exit(1); }
+}
+
+static void exchange(int fd) { /* write one byte, read one byte */
+    char b = 'x';
+    if (write(fd, &b, 1) != 1 || read(fd, &b, 1) != 1) { perror("pingpong"); exit(1); }
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3 && argc != 5) { fprintf(stderr, "usage: pingpong N WARMUP [CLIENT_CPU SERVER_CPU]\n"); return 2; }
+    const char *client_cpu = argc == 5 ? argv[3] : NULL, *server_cpu = argc == 5 ? argv[4] : NULL;
+    size_t n = strtoull(argv[1], NULL, 10), warmup = strtoull(argv[2], NULL, 10);
+    int listener = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = 0};
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (bind(listener, (struct sockaddr *)&addr, sizeof addr) < 0 || listen(listener, 1) < 0 ||
+        getsockname(listener, (struct sockaddr *)&addr, &len) < 0) { perror("listen"); return 1; }
+    pid_t child = fork();
+    if (child == 0) { /* the echoing peer */
+        pin(server_cpu);
+        close(listener);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fd, (struct sockaddr *)&addr, sizeof addr) < 0) { perror("connect"); _exit(1); }
+        nodelay(fd);
+        char b;
+        while (read(fd, &b, 1) == 1)
+            if (write(fd, &b, 1) != 1) break;
+        _exit(0);
+    }
+    pin(client_cpu);
+    int fd = accept(listener, NULL, NULL);
+    if (fd < 0) { perror("accept"); return 1; }
+    nodelay(fd);
+    for (size_t i = 0; i < warmup; i++) exchange(fd);
+    uint64_t *samples = malloc(n * sizeof *samples);
+    double cpu = process_cpu();
+    uint64_t start = now_ns();
+    for (size_t i = 0; i < n; i++) {
+        uint64_t t = now_ns();
+        exchange(fd);
+        samples[i] = now_ns() - t;
+    }
+    double elapsed = (double)(now_ns() - start) / 1e9;
+    cpu = process_cpu() - cpu;
+    close(fd);
+    waitpid(child, NULL, 0);
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += (double)samples[i];
+    qsort(samples, n, sizeof *samples, cmp_u64);
+    printf("{\"n\":%zu,\"median_us\":%.2f,\"p99_us\":%.2f,\"mean_us\":%.2f,\"min_us\":%.2f,"
+           "\"polls_per_s\":%.1f,\"cpu_us_per_poll\":%.2f}\n",
+           n, pick(samples, n, 0.5), pick(samples, n, 0.99), sum / (double)n / 1e3,
+           (double)samples[0] / 1e3, (double)n / elapsed, cpu * 1e6 / (double)n);
+    return 0;
+}
