@@ -36,7 +36,7 @@ use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use crate::protocol::worker_server::WorkerServer;
 pub use crate::protocol::Grace;
 pub use routine::{Routine, RoutineFuture, RoutineRegistry};
-use service::{WorkerService, WorkerState};
+use service::{IdleFastPath, WorkerService, WorkerState};
 
 /// Wool's channel default for message sizes: 100 MiB each way.
 pub const MAX_MESSAGE_BYTES: usize = 100 * 1024 * 1024;
@@ -249,11 +249,14 @@ impl WorkerBuilder {
                 .tls_config(credentials.tls_config())
                 .map_err(|e| WorkerError::Tls(e.to_string()))?;
         }
-        let service = WorkerServer::new(WorkerService {
-            state: Arc::clone(&state),
-        })
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let service = IdleFastPath {
+            inner: WorkerServer::new(WorkerService {
+                state: Arc::clone(&state),
+            })
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            tracker: Arc::clone(&state.tracker),
+        };
         let router = server.add_service(service);
         let shutdown = state.shutdown.clone();
         let count = Arc::clone(&accepted);
