@@ -191,8 +191,8 @@ struct CIdle {
     code: i32,
 }
 
-/// Polls idle through the C ABI (`wool_connect` / `wool_idle` / `wool_free`), plaintext.
-fn c_idle(target: &str) -> CIdle {
+/// Runs `call` on a plaintext C-ABI handle to `target` (`wool_connect` … `wool_free`).
+fn with_c_connection<T>(target: &str, call: impl FnOnce(*const ffi::wool_connection) -> T) -> T {
     let target = CString::new(target).unwrap();
     let mut conn = std::ptr::null_mut();
     unsafe {
@@ -200,30 +200,29 @@ fn c_idle(target: &str) -> CIdle {
             ffi::wool_connect(target.as_ptr(), std::ptr::null(), &mut conn),
             wool_status::Ok
         );
+        let result = call(conn);
+        ffi::wool_free(conn);
+        result
+    }
+}
+
+/// Polls idle through the C ABI.
+fn c_idle(target: &str) -> CIdle {
+    with_c_connection(target, |conn| unsafe {
         let mut seconds = -1.0;
         let status = ffi::wool_idle(conn, 10.0, &mut seconds);
         let code = ffi::wool_last_rpc_code();
-        ffi::wool_free(conn);
         CIdle {
             status,
             seconds,
             code,
         }
-    }
+    })
 }
 
+/// Stops the worker through the C ABI, grace 0.
 fn c_stop(target: &str) -> wool_status {
-    let target = CString::new(target).unwrap();
-    let mut conn = std::ptr::null_mut();
-    unsafe {
-        assert_eq!(
-            ffi::wool_connect(target.as_ptr(), std::ptr::null(), &mut conn),
-            wool_status::Ok
-        );
-        let status = ffi::wool_stop(conn, 0.0, 10.0);
-        ffi::wool_free(conn);
-        status
-    }
+    with_c_connection(target, |conn| unsafe { ffi::wool_stop(conn, 0.0, 10.0) })
 }
 
 // 1. Wool's client → our worker.

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "wool.h"
+#include "timing.h"
 
 #define MAX_THREADS 256
 
@@ -34,24 +35,6 @@ static void die(const char *what, wool_status s) {
     wool_last_error(msg, sizeof msg);
     fprintf(stderr, "idle_bench: %s: %s: %s\n", what, wool_status_name(s), msg);
     exit(1);
-}
-
-static double process_cpu(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-static double pick(const uint64_t *sorted, size_t n, double q) {
-    size_t i = (size_t)ceil(q * (double)n);
-    if (i < 1) i = 1;
-    if (i > n) i = n;
-    return (double)sorted[i - 1] / 1e3;
 }
 
 static int seq(const char *addr, size_t n, size_t warmup, double timeout) {

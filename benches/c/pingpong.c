@@ -20,29 +20,12 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "timing.h"
 
 static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static double process_cpu(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-static double pick(const uint64_t *sorted, size_t n, double q) {
-    size_t i = (size_t)ceil(q * (double)n);
-    if (i < 1) i = 1;
-    if (i > n) i = n;
-    return (double)sorted[i - 1] / 1e3;
 }
 
 static void nodelay(int fd) {

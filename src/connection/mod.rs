@@ -289,25 +289,7 @@ async fn with_deadline<T>(
             .map_err(|_| Error::deadline_exceeded(limit))?,
         None => future.await,
     };
-    result.map_err(|status| match timeout {
-        // tonic enforces the same deadline (from the grpc-timeout header) and may fire first,
-        // reporting CANCELLED "Timeout expired": it is this call's deadline all the same.
-        Some(limit) if is_local_timeout(&status) => Error::deadline_exceeded(limit),
-        _ => Error::from_status(call, &status),
-    })
-}
-
-/// Whether tonic's own enforcement of the call's deadline ended it (`tonic::TimeoutExpired`
-/// somewhere in the status's source chain).
-fn is_local_timeout(status: &tonic::Status) -> bool {
-    let mut source = std::error::Error::source(status);
-    while let Some(error) = source {
-        if error.is::<tonic::TimeoutExpired>() {
-            return true;
-        }
-        source = error.source();
-    }
-    false
+    result.map_err(|status| Error::from_status(call, &status))
 }
 
 fn routine_error(what: &str, dump: &[u8]) -> Error {
