@@ -29,8 +29,8 @@ typedef enum wool_status {
   WOOL_STATUS_OK = 0,
   /**
    * The caller's mistake, detected before any I/O: NULL where not allowed, non-UTF-8 text,
-   * a bad target, bad PEM, an unreadable file, or a bad number (timeout, grace); also a
-   * blocking call in a child forked after the library was used (its threads are gone).
+   * a bad target, bad PEM, an unreadable file, or a bad number (timeout, grace, a channel
+   * option out of range).
    */
   WOOL_STATUS_INVALID_ARGUMENT = 1,
   /**
@@ -57,6 +57,15 @@ typedef enum wool_status {
 } wool_status;
 
 /**
+ * Channel settings for wool_connect_with_options, as Wool's ChannelOptions. Opaque; made by
+ * wool_channel_options_new with Wool's defaults, released by wool_channel_options_free. A
+ * connection copies them, so they may be freed or changed right after. Connections share a
+ * pooled channel only when their options are equal. Not for use by several threads at once
+ * while being changed.
+ */
+typedef struct wool_channel_options wool_channel_options;
+
+/**
  * A lazy handle to one worker, like Wool's WorkerConnection. Opaque; made by wool_connect,
  * released by wool_free. One handle may be used by many threads at once.
  */
@@ -80,10 +89,11 @@ extern "C" {
 const char *wool_version(void);
 
 /**
- * Makes a handle to the worker at `target` and writes it to `*out`. No I/O happens here: a
- * worker that cannot be reached shows up on the first wool_idle or wool_stop as
- * WOOL_STATUS_TRANSIENT. Handles with equal (target, credentials, options) share one pooled
- * HTTP/2 channel.
+ * Makes a handle to the worker at `target` and writes it to `*out`, with Wool's default
+ * channel options (see wool_channel_options_new; wool_connect_with_options takes others). No
+ * I/O happens here: a worker that cannot be reached shows up on the first wool_idle or
+ * wool_stop as WOOL_STATUS_TRANSIENT. Handles with equal (target, credentials, options) share
+ * one pooled HTTP/2 channel.
  *
  * - `target`: NUL-terminated UTF-8: `host:port`, `dns:host:port`, `dns:///host:port`,
  *   `ipv4:address:port`, `ipv6:[address]:port`, `[v6address]:port` or `unix:path`.
@@ -200,6 +210,128 @@ size_t wool_last_error(char *buf, size_t len);
  * none, or when that failure involved no RPC status (an invalid argument, a caught panic).
  */
 int32_t wool_last_rpc_code(void);
+
+/**
+ * Makes channel options holding Wool's defaults: 100 MiB message limits each way, keepalive
+ * PINGs every 30 s with 30 s to answer, also while no call is open, at most 2 PINGs without a
+ * call in between, 100 concurrent streams, a 20 s connect timeout.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT when `out` is NULL.
+ *
+ * # Safety
+ * `out` must be NULL or writable.
+ */
+wool_status wool_channel_options_new(wool_channel_options **out);
+
+/**
+ * Releases channel options. NULL is a no-op.
+ *
+ * # Safety
+ * `options` must be NULL or from wool_channel_options_new and not yet freed.
+ */
+void wool_channel_options_free(wool_channel_options *options);
+
+/**
+ * Sets the largest message received, in bytes (Wool's max_receive_message_length; default
+ * 100 MiB). 1 to 4294967295; a larger answer fails its call with WOOL_STATUS_TRANSIENT
+ * (gRPC RESOURCE_EXHAUSTED).
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options` or a value out of range.
+ *
+ * # Safety
+ * `options` must be NULL or a live wool_channel_options used by no other thread.
+ */
+wool_status wool_channel_options_set_max_receive_message_bytes(wool_channel_options *options, size_t bytes);
+
+/**
+ * Sets the largest message sent, in bytes (Wool's max_send_message_length; default 100 MiB).
+ * 1 to 4294967295.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options` or a value out of range.
+ *
+ * # Safety
+ * `options` must be NULL or a live wool_channel_options used by no other thread.
+ */
+wool_status wool_channel_options_set_max_send_message_bytes(wool_channel_options *options, size_t bytes);
+
+/**
+ * Sets how long after the previous keepalive PING was answered the next one goes out (Wool's
+ * keepalive_time_ms; default 30 s). At least 0.001; INFINITY turns keepalive off (a call with
+ * no deadline to a frozen worker then blocks for ever).
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`, 0, negative, NaN or below 1 ms.
+ *
+ * # Safety
+ * `options` must be NULL or a live wool_channel_options used by no other thread.
+ */
+wool_status wool_channel_options_set_keepalive_interval(wool_channel_options *options, double seconds_between_pings);
+
+/**
+ * Sets how long a keepalive PING may go unanswered before the connection is declared dead
+ * (Wool's keepalive_timeout_ms; default 30 s): its calls, including ones with no deadline,
+ * then end with WOOL_STATUS_TRANSIENT. At least 0.001, finite.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`, 0, negative, NaN, INFINITY or
+ * below 1 ms.
+ *
+ * # Safety
+ * `options` must be NULL or a live wool_channel_options used by no other thread.
+ */
+wool_status wool_channel_options_set_keepalive_timeout(wool_channel_options *options, double seconds_to_answer);
+
+/**
+ * Sets whether keepalive PINGs go out while no call is open (Wool's
+ * keepalive_permit_without_calls; default true).
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`.
+ *
+ * # Safety
+ * `options` must be NULL or a live wool_channel_options used by no other thread.
+ */
+wool_status wool_channel_options_set_keepalive_without_calls(wool_channel_options *options, bool permit);
+
+/**
+ * Sets the most keepalive PINGs sent with no call started in between (Wool's
+ * max_pings_without_data; default 2); 0 = no limit.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`.
+ *
+ * # Safety
+ * `options` must be NULL or a live wool_channel_options used by no other thread.
+ */
+wool_status wool_channel_options_set_max_pings_without_data(wool_channel_options *options, uint32_t pings);
+
+/**
+ * Sets the most calls opening streams on the channel at once (Wool's max_concurrent_streams;
+ * default 100), 1 to 2147483647. More calls wait their turn rather than fail.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options` or a value out of range.
+ *
+ * # Safety
+ * `options` must be NULL or a live wool_channel_options used by no other thread.
+ */
+wool_status wool_channel_options_set_max_concurrent_streams(wool_channel_options *options, size_t streams);
+
+/**
+ * Sets the limit on establishing a connection (TCP, TLS and HTTP/2 handshakes; default 20 s).
+ * At least 0.001; INFINITY = only the call's deadline.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`, 0, negative, NaN or below 1 ms.
+ *
+ * # Safety
+ * `options` must be NULL or a live wool_channel_options used by no other thread.
+ */
+wool_status wool_channel_options_set_connect_timeout(wool_channel_options *options, double seconds_to_connect);
+
+/**
+ * As wool_connect, with channel options (copied; NULL = Wool's defaults, as wool_connect).
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT as wool_connect does.
+ *
+ * # Safety
+ * As wool_connect; `options` must be NULL or a live wool_channel_options.
+ */
+wool_status wool_connect_with_options(const char *target, const wool_credentials *credentials, const wool_channel_options *options, wool_connection **out);
 
 /**
  * The name of `status` as static NUL-terminated text, e.g. "WOOL_STATUS_TRANSIENT"; never

@@ -9,6 +9,7 @@
 
 pub mod connection;
 pub mod ffi;
+mod process;
 pub mod protocol;
 pub mod worker;
 

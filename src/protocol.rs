@@ -5,6 +5,10 @@
 
 tonic::include_proto!("wool.runtime.protobuf.wire");
 
+/// Wool's channel default for message sizes, each way: 100 MiB. The worker's limit and the
+/// client's default.
+pub const MAX_MESSAGE_BYTES: usize = 100 * 1024 * 1024;
+
 /// The protocol version this library puts in `Ack.version` and `Task.version`.
 pub const PROTOCOL_VERSION: &str = env!("CARGO_PKG_VERSION");
 

@@ -523,15 +523,33 @@ fn c_host_with_default_sigpipe_survives_a_rejected_client_certificate() {
     }
 }
 
-/// Given a C host that used the library and then forked, when the child calls wool_idle and
-/// wool_stop, then they are refused at once (INVALID_ARGUMENT, naming fork) instead of waiting
-/// forever on runtime threads that did not survive the fork; the parent keeps working.
+/// Given a C host that used the library and then forked while another of its threads was
+/// polling, when the child polls with the inherited handle and a new one and stops a worker,
+/// then all succeed (the child builds its own runtime and pool and redials); the parent's
+/// polling thread saw no failure and the parent still polls.
 #[test]
-fn a_forked_child_is_refused_instead_of_hanging() {
+fn a_forked_child_polls_and_stops_while_the_parent_keeps_working() {
     let worker = WorkerProcess::plaintext();
-    // Never under valgrind: in the child, the runtime's memory is reachable only from threads
+    let mut retiree = WorkerProcess::plaintext();
+    // Never under valgrind: in the child, the parent's runtime is reachable only from threads
     // that fork() did not copy, so valgrind's leak check there reports it as definitely lost.
-    run_case_with("fork", &[&worker.address], false);
+    let out = run_case_with("fork", &[&worker.address, &retiree.address], false);
+    assert!(out.contains("the child polled"), "{out}");
+    assert_eq!(
+        retiree.wait_exit(Duration::from_secs(10)),
+        Some(0),
+        "the worker the child stopped exits 0"
+    );
+}
+
+/// Given a worker frozen (SIGSTOP) under a wool_idle with no deadline on a connection with
+/// keepalive 1 s / 1 s, then the call ends WOOL_STATUS_TRANSIENT naming keepalive (instead of
+/// blocking for ever), and after the worker is thawed the next call succeeds.
+#[test]
+fn a_call_with_no_deadline_to_a_frozen_worker_ends_transient() {
+    let worker = WorkerProcess::plaintext();
+    let out = run_case("frozen", &[&worker.address, &worker.pid().to_string()]);
+    assert!(out.contains("after"), "{out}");
 }
 
 // ---- the C example ---------------------------------------------------------------------------

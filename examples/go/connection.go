@@ -28,8 +28,8 @@ var blockingCalls = make(chan struct{}, MaxBlockingCalls)
 
 // Connection is a lazy handle to one worker, like Wool's WorkerConnection: Connect does no
 // I/O, and a worker that cannot be reached shows up on the first Idle or Stop as ErrTransient.
-// Connections to the same target with equal credentials share one pooled HTTP/2 channel
-// inside the library. Safe for concurrent use by many goroutines.
+// Connections to the same target with equal credentials and equal channel options share one
+// pooled HTTP/2 channel inside the library. Safe for concurrent use by many goroutines.
 //
 // Close it when done. A finalizer closes a forgotten Connection as a safety net, but only
 // once the garbage collector notices it, which a program with little Go garbage may never do;
@@ -49,6 +49,7 @@ type Option func(*connectOptions)
 
 type connectOptions struct {
 	credentials *Credentials
+	channel     []channelSetting // channel options (options.go), in the order given
 }
 
 // WithCredentials makes Connect use TLS with these credentials (mutual or one-way, as they
@@ -61,9 +62,13 @@ func WithCredentials(credentials *Credentials) Option {
 // "dns:///host:port", "ipv4:address:port", "ipv6:[address]:port", "[v6address]:port" or
 // "unix:path" (ports 1-65535). It does no I/O.
 //
+// Without channel options (WithKeepalive, WithConnectTimeout and the others) the connection
+// uses Wool's defaults.
+//
 // Returns an *Error matching ErrInvalidArgument when the target is not valid (empty, no port,
-// port out of range, unknown scheme, a NUL byte), and ErrClosed when the credentials given
-// with WithCredentials are closed.
+// port out of range, unknown scheme, a NUL byte) or the library refuses a channel option's
+// value (the message names the option), and ErrClosed when the credentials given with
+// WithCredentials are closed.
 func Connect(target string, opts ...Option) (*Connection, error) {
 	var options connectOptions
 	for _, opt := range opts {
@@ -72,12 +77,29 @@ func Connect(target string, opts ...Option) (*Connection, error) {
 	if strings.IndexByte(target, 0) >= 0 {
 		return nil, invalidArgument("connect", target, "the target contains a NUL byte")
 	}
+	var channel *C.wool_channel_options // nil: Wool's defaults, through plain wool_connect
+	if len(options.channel) > 0 {
+		if err := call("connect", target, func() C.wool_status {
+			return C.wool_channel_options_new(&channel)
+		}); err != nil {
+			return nil, err
+		}
+		defer C.wool_channel_options_free(channel) // the connection keeps its own copy
+		for _, set := range options.channel {
+			if err := set(channel, target); err != nil {
+				return nil, err
+			}
+		}
+	}
 	cTarget := C.CString(target)
 	defer C.free(unsafe.Pointer(cTarget))
 	var ptr *C.wool_connection
 	connect := func(credentials *C.wool_credentials) error {
 		return call("connect", target, func() C.wool_status {
-			return C.wool_connect(cTarget, credentials, &ptr)
+			if channel == nil {
+				return C.wool_connect(cTarget, credentials, &ptr)
+			}
+			return C.wool_connect_with_options(cTarget, credentials, channel, &ptr)
 		})
 	}
 	var err error
@@ -102,13 +124,15 @@ func (c *Connection) Target() string { return c.target }
 // started).
 //
 // The context's deadline becomes the call's deadline; without one the call waits however
-// long the worker takes. When ctx is cancelled or its deadline passes, Idle returns at once
-// (the library call it started finishes in the background and then releases its resources).
+// long the worker takes, as long as its connection answers keepalive PINGs (see WithKeepalive:
+// with Wool's defaults a frozen worker fails the call within about a minute). When ctx is
+// cancelled or its deadline passes, Idle returns at once (the library call it started
+// finishes in the background and then releases its resources).
 //
 // Errors (match with errors.Is):
 //   - ErrIdleUnavailable: the worker predates the idle RPC (gRPC code 12, UNIMPLEMENTED).
-//   - ErrTransient: unreachable, shutting down, or the deadline passed; a passed context
-//     deadline also matches context.DeadlineExceeded.
+//   - ErrTransient: unreachable, shutting down, stopped answering keepalive PINGs, or the
+//     deadline passed; a passed context deadline also matches context.DeadlineExceeded.
 //   - ErrHandshake: a TLS failure. ErrRPC: any other gRPC failure.
 //   - context.Canceled (wrapped, not an *Error) when ctx was cancelled.
 //   - ErrClosed when the Connection is closed.

@@ -17,6 +17,36 @@
 //		err = conn.Stop(ctx, 0) // retire it, cancelling nothing (it is idle)
 //	}
 //
+// # Channel options
+//
+// Connect takes functional options. WithCredentials selects TLS; the others set the HTTP/2
+// channel, mirroring Wool's ChannelOptions (and the library's wool_channel_options). Each left
+// out keeps Wool's default:
+//
+//	WithKeepalive(interval, timeout)  keepalive_time_ms / keepalive_timeout_ms    30 s / 30 s
+//	WithoutKeepalive()                keepalive off
+//	WithKeepaliveWithoutCalls(bool)   keepalive_permit_without_calls              true
+//	WithMaxPingsWithoutData(uint32)   max_pings_without_data (0 = no limit)       2
+//	WithMaxReceiveMessageSize(bytes)  max_receive_message_length                  100 MiB
+//	WithMaxSendMessageSize(bytes)     max_send_message_length                     100 MiB
+//	WithMaxConcurrentStreams(n)       max_concurrent_streams                      100
+//	WithConnectTimeout(d)             TCP + TLS + HTTP/2 handshakes               20 s
+//	WithoutConnectTimeout()           only the call's deadline bounds connecting
+//
+// Keepalive is what bounds a call whose context has no deadline: a worker that freezes
+// (SIGSTOP, a hung host, a cut network path) without closing its connection stops answering
+// PINGs, and interval+timeout later its calls fail with ErrTransient, a message saying it
+// stopped answering keepalive pings; the next call dials a fresh connection. With
+// WithoutKeepalive such a call blocks for ever, so give it a deadline.
+//
+//	conn, err := wool.Connect(address,
+//		wool.WithKeepalive(5*time.Second, 5*time.Second), wool.WithConnectTimeout(2*time.Second))
+//
+// The library alone decides which values are valid (durations of at least 1 ms, sizes from 1
+// to 4294967295, streams from 1 to 2147483647): Connect returns an *Error matching
+// ErrInvalidArgument whose message names the refused option. Connections share a pooled
+// channel only when their target, credentials and channel options are all equal.
+//
 // # Building and linking
 //
 // The package links against the libwool that Cargo builds in the repository root, found

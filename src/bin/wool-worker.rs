@@ -1,6 +1,7 @@
 //! `wool-worker`: the reference Wool worker.
 //!
-//! `wool-worker [--listen ADDR] [--tls-ca PATH --tls-cert PATH --tls-key PATH [--one-way]] [--threads N]`
+//! `wool-worker [--listen ADDR] [--tls-ca PATH --tls-cert PATH --tls-key PATH [--one-way]] [--threads N]
+//!  [--keepalive-interval SECONDS] [--keepalive-timeout SECONDS]`
 //!
 //! Prints its dialable address as the first stdout line (flushed at once), serves the `echo` and
 //! `sleep` routines, and exits 0 once a `stop` has completed. SIGTERM and SIGINT stop it
@@ -9,6 +10,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use wool::worker::{Grace, ListenAddress, RoutineRegistry, ServerCredentials, Worker};
@@ -37,6 +39,30 @@ struct Args {
     /// parallel.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     threads: u16,
+    /// Seconds between HTTP/2 keepalive PINGs to each caller; 0 turns them off. A caller that
+    /// stops answering (frozen, or its link cut) is disconnected after interval + timeout, and
+    /// the tasks it had in flight are cancelled.
+    #[arg(long, default_value_t = 30.0, value_parser = seconds)]
+    keepalive_interval: f64,
+    /// Seconds a keepalive PING may go unanswered.
+    #[arg(long, default_value_t = 30.0, value_parser = positive_seconds)]
+    keepalive_timeout: f64,
+}
+
+/// Seconds: a finite number >= 0.
+fn seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() && value >= 0.0 && value < 1e9 => Ok(value),
+        _ => Err(format!("{text:?} is not a number of seconds >= 0")),
+    }
+}
+
+/// Seconds: a finite number > 0.
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    seconds(text)
+        .ok()
+        .filter(|value| *value > 0.0)
+        .ok_or_else(|| format!("{text:?} is not a number of seconds > 0"))
 }
 
 impl Args {
@@ -94,9 +120,15 @@ async fn run(args: Args) -> Result<(), String> {
         signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
     let mut interrupt =
         signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
+    let keepalive_interval =
+        (args.keepalive_interval > 0.0).then(|| Duration::from_secs_f64(args.keepalive_interval));
     let mut builder = Worker::builder()
         .listen(args.listen.clone())
-        .routines(RoutineRegistry::default().with_reference_routines());
+        .routines(RoutineRegistry::default().with_reference_routines())
+        .keepalive(
+            keepalive_interval,
+            Duration::from_secs_f64(args.keepalive_timeout),
+        );
     if let Some(credentials) = args.credentials()? {
         builder = builder.credentials(credentials);
     }

@@ -11,7 +11,7 @@
 use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
@@ -22,32 +22,164 @@ use http_body::{Body, Frame};
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::rustls::ClientConfig;
 use tokio_rustls::TlsConnector;
-use tonic::Status;
 
+use super::error::{Cause, TransportFailure};
 use super::transport::Socket;
 use super::Target;
 
 /// What to dial and how: the target, TLS (config and the name to verify), how many calls may
-/// be opening streams at once, and the connect timeout.
+/// be opening streams at once, the connect timeout and keepalive.
 #[derive(Clone)]
 pub(crate) struct ChannelConfig {
     pub(crate) target: Target,
     pub(crate) tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
-    pub(crate) max_concurrent_calls: usize,
+    pub(crate) max_concurrent_streams: usize,
     pub(crate) connect_timeout: Option<Duration>,
+    pub(crate) keepalive: Option<Keepalive>,
+    /// The largest gRPC message a response may carry, in bytes.
+    pub(crate) max_receive_message_bytes: usize,
 }
 
-/// An open HTTP/2 connection: the handle to start streams on, whether its connection task has
-/// ended (the connection broke or the worker closed it), and when a call last used it.
+/// HTTP/2 keepalive, as gRPC's client does it (`grpc.keepalive_time_ms`,
+/// `grpc.keepalive_timeout_ms`, `grpc.keepalive_permit_without_calls`,
+/// `grpc.http2.max_pings_without_data`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Keepalive {
+    /// A PING goes out this long after the previous one was answered.
+    pub(crate) interval: Duration,
+    /// An unanswered PING ends the connection after this long: its calls fail as transient.
+    pub(crate) timeout: Duration,
+    /// Whether to ping while no call is open on the connection.
+    pub(crate) without_calls: bool,
+    /// Most PINGs sent with no call started in between (0 = no limit).
+    pub(crate) max_pings_without_data: u32,
+}
+
+/// An open HTTP/2 connection: the handle to start streams on, what the connection task and the
+/// calls know about it, and the task itself.
 #[derive(Clone)]
 struct Open {
     send: SendRequest<Bytes>,
-    ended: Arc<AtomicBool>,
-    last_used: Arc<std::sync::Mutex<Instant>>,
+    state: Arc<ConnectionState>,
     /// The socket's descriptor, for [`Open::peer_hung_up`].
     fd: RawFd,
-    /// The connection task, to close the connection at once (see [`Http2Channel::close`]).
+    /// The connection task, to see whether it has finished (see [`Http2Channel::close`]).
     task: Arc<tokio::task::AbortHandle>,
+}
+
+/// What the connection task, the keepalive and the calls on one connection share.
+struct ConnectionState {
+    /// The target, for messages.
+    target: String,
+    /// The connection task has ended (the connection broke, or the worker or we closed it).
+    ended: AtomicBool,
+    /// The keepalive ended the connection: a PING went unanswered.
+    keepalive_expired: AtomicBool,
+    /// Set by the socket of a plaintext connection when the worker's first bytes are a TLS
+    /// record: the worker expects TLS.
+    peer_spoke_tls: Arc<AtomicBool>,
+    /// Calls between starting their stream and dropping their response.
+    calls: AtomicUsize,
+    /// Keepalive PINGs sent since a call last started (gRPC's "pings without data").
+    pings_without_data: AtomicU32,
+    /// When a call last took the connection.
+    last_used: std::sync::Mutex<Instant>,
+    /// The keepalive settings in force, if any (what the timeout message reports).
+    keepalive: Option<Keepalive>,
+}
+
+impl ConnectionState {
+    /// The [`TransportFailure`] for an h2 error on this connection, sorted by the error's type.
+    fn failure(&self, error: &h2::Error) -> TransportFailure {
+        let target = &self.target;
+        if self.keepalive_expired.load(Ordering::Acquire) {
+            let timeout = self.keepalive.map(|k| k.timeout).unwrap_or_default();
+            return TransportFailure::new(
+                Cause::KeepaliveTimeout,
+                format!(
+                    "the worker at {target} stopped answering keepalive pings (no PING ack \
+                     within {:.3} s): it is frozen or its network path is cut",
+                    timeout.as_secs_f64()
+                ),
+            );
+        }
+        if self.peer_spoke_tls.load(Ordering::Acquire) {
+            return TransportFailure::new(
+                Cause::Tls,
+                format!(
+                    "TLS mismatch: the worker at {target} answered with TLS, but this \
+                     connection is plaintext (give the connection TLS credentials)"
+                ),
+            );
+        }
+        if let Some(io) = error.get_io() {
+            return io_failure(target, "connection", io);
+        }
+        let reason = error.reason().unwrap_or(h2::Reason::INTERNAL_ERROR);
+        let cause = if error.is_go_away() && error.is_remote() {
+            Cause::GoingAway
+        } else if error.is_reset() && error.is_remote() {
+            match reason {
+                h2::Reason::REFUSED_STREAM => Cause::GoingAway,
+                h2::Reason::CANCEL => Cause::Cancelled,
+                h2::Reason::ENHANCE_YOUR_CALM => Cause::Exhausted,
+                _ => Cause::Protocol,
+            }
+        } else {
+            Cause::Protocol
+        };
+        TransportFailure::new(
+            cause,
+            format!("HTTP/2 with the worker at {target}: {error}"),
+        )
+    }
+
+    /// Marks the connection used now; how long it had been unused.
+    fn touch(&self) -> Duration {
+        let mut last_used = self
+            .last_used
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let unused = last_used.elapsed();
+        *last_used = Instant::now();
+        unused
+    }
+}
+
+/// An I/O failure on the way to or with the worker: a TLS failure when rustls reports one
+/// (the error it wraps is a `rustls::Error`), else the worker is unreachable.
+fn io_failure(target: &str, what: &str, error: &std::io::Error) -> TransportFailure {
+    let tls = error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<tokio_rustls::rustls::Error>());
+    match tls {
+        Some(tls) => TransportFailure::new(
+            Cause::Tls,
+            format!("TLS with the worker at {target} failed: {tls}"),
+        ),
+        None => TransportFailure::new(
+            Cause::Unreachable,
+            format!("{what} to the worker at {target} failed: {error}"),
+        ),
+    }
+}
+
+/// One call on a connection, from its stream's start until its response is dropped: counted
+/// for keepalive (pings without calls; pings without data).
+struct CallOnConnection(Arc<ConnectionState>);
+
+impl CallOnConnection {
+    fn begin(state: &Arc<ConnectionState>) -> Self {
+        state.calls.fetch_add(1, Ordering::Relaxed);
+        state.pings_without_data.store(0, Ordering::Relaxed);
+        Self(Arc::clone(state))
+    }
+}
+
+impl Drop for CallOnConnection {
+    fn drop(&mut self) {
+        self.0.calls.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A connection unused for longer than this is checked for a hang-up before reuse
@@ -56,7 +188,7 @@ const RECHECK_AFTER: Duration = Duration::from_millis(500);
 
 impl Open {
     fn is_ended(&self) -> bool {
-        self.ended.load(Ordering::Acquire)
+        self.state.ended.load(Ordering::Acquire)
     }
 
     /// Whether the worker closed or reset the connection (`poll` reports RDHUP, HUP or ERR on
@@ -71,17 +203,6 @@ impl Open {
         // while the connection task (checked not ended just before) owns it.
         let ready = unsafe { libc::poll(&mut socket, 1, 0) };
         ready > 0 && socket.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
-    }
-
-    /// Marks the connection used now; how long it had been unused.
-    fn touch(&self) -> Duration {
-        let mut last_used = self
-            .last_used
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let unused = last_used.elapsed();
-        *last_used = Instant::now();
-        unused
     }
 }
 
@@ -103,6 +224,9 @@ struct Shared {
     calls: Arc<tokio::sync::Semaphore>,
     /// Streaming calls (dispatch) open at once, each for its whole life.
     streams: Arc<tokio::sync::Semaphore>,
+    /// The keepalive interval in force, in milliseconds: the configured one, doubled each time
+    /// a worker refuses our PINGs as too many (GOAWAY ENHANCE_YOUR_CALM), as gRPC's client does.
+    keepalive_interval_ms: Arc<AtomicU64>,
 }
 
 /// Marks a request (in its extensions) as a streaming call: it holds a turn among the
@@ -133,8 +257,13 @@ impl Http2Channel {
             shared: Arc::new(Shared {
                 origin,
                 open: tokio::sync::Mutex::new(None),
-                calls: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_calls)),
-                streams: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_calls)),
+                calls: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_streams)),
+                streams: Arc::new(tokio::sync::Semaphore::new(config.max_concurrent_streams)),
+                keepalive_interval_ms: Arc::new(AtomicU64::new(
+                    config
+                        .keepalive
+                        .map_or(0, |k| k.interval.as_millis().try_into().unwrap_or(u64::MAX)),
+                )),
                 config,
             }),
         }
@@ -148,15 +277,19 @@ impl Http2Channel {
     /// or grpcio closed a connection whose keepalive pings went unanswered) is not yet noticed
     /// by the connection task. So a connection unused for a while is first asked directly
     /// whether the peer hung up, and a closed one is replaced instead of failing the call.
-    async fn connection(&self) -> Result<Open, Status> {
+    async fn connection(&self) -> Result<Open, TransportFailure> {
         let mut open = self.shared.open.lock().await;
         if let Some(current) = open.as_ref().filter(|o| !o.is_ended()) {
-            if current.touch() < RECHECK_AFTER || !current.peer_hung_up() {
+            if current.state.touch() < RECHECK_AFTER || !current.peer_hung_up() {
                 return Ok(current.clone());
             }
-            current.ended.store(true, Ordering::Release);
+            current.state.ended.store(true, Ordering::Release);
         }
-        let dialed = dial(&self.shared.config).await?;
+        let dialed = dial(
+            &self.shared.config,
+            Arc::clone(&self.shared.keepalive_interval_ms),
+        )
+        .await?;
         *open = Some(dialed.clone());
         Ok(dialed)
     }
@@ -172,13 +305,14 @@ impl Http2Channel {
             return;
         };
         let Open {
-            send, ended, task, ..
+            send, state, task, ..
         } = open;
-        drop(send); // with no handle left, h2 closes the connection once its streams are done
-                    // A few turns for the connection task to do so now; if calls are still running it
-                    // finishes later, driven by them or by the housekeeper.
+        // With no handle left, h2 closes the connection once its streams are done. A few turns
+        // for the connection task to do so now; if calls are still running it finishes later,
+        // driven by them or by the housekeeper.
+        drop(send);
         for _ in 0..8 {
-            if ended.load(Ordering::Acquire) || task.is_finished() {
+            if state.ended.load(Ordering::Acquire) || task.is_finished() {
                 break;
             }
             tokio::task::yield_now().await;
@@ -202,7 +336,7 @@ impl Http2Channel {
     async fn call(
         self,
         request: http::Request<tonic::body::Body>,
-    ) -> Result<http::Response<ResponseBody>, Status> {
+    ) -> Result<http::Response<ResponseBody>, TransportFailure> {
         // A unary call holds its turn until the response head; a streaming one (dispatch) for
         // as long as its stream lives, so a burst of them cannot flood the worker.
         let streaming = request.extensions().get::<StreamingCall>().is_some();
@@ -215,13 +349,14 @@ impl Http2Channel {
             .acquire_owned()
             .await
             .expect("the call semaphores are never closed");
-        let Open { send, .. } = self.connection().await?;
-        let mut send = send.ready().await.map_err(|e| status_from_h2(&e))?;
+        let Open { send, state, .. } = self.connection().await?;
+        let call = CallOnConnection::begin(&state);
+        let mut send = send.ready().await.map_err(|e| state.failure(&e))?;
         let (mut head, body) = request.into_parts();
         head.uri = self.request_uri(head.uri.path_and_query());
         let (response, stream) = send
             .send_request(http::Request::from_parts(head, ()), false)
-            .map_err(|e| status_from_h2(&e))?;
+            .map_err(|e| state.failure(&e))?;
         let mut pump = BodyPump {
             body,
             stream,
@@ -230,22 +365,25 @@ impl Http2Channel {
         if std::future::poll_fn(|cx| pump.poll_ready_part(cx)).now_or_never_pending() {
             tokio::spawn(pump.run());
         }
-        let response = response.await.map_err(|e| status_from_h2(&e))?;
+        let response = response.await.map_err(|e| state.failure(&e))?;
         let stream_turn = streaming.then_some(turn);
+        let limit = self.shared.config.max_receive_message_bytes;
         Ok(response.map(|recv| ResponseBody {
             recv,
             data_done: false,
             _stream_turn: stream_turn,
+            call,
+            messages: MessageSizes::new(limit),
         }))
     }
 }
 
 impl tower::Service<http::Request<tonic::body::Body>> for Http2Channel {
     type Response = http::Response<ResponseBody>;
-    type Error = Status;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Status>> + Send>>;
+    type Error = TransportFailure;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, TransportFailure>> + Send>>;
 
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Status>> {
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), TransportFailure>> {
         Poll::Ready(Ok(())) // readiness is per stream, awaited in `call`
     }
 
@@ -254,76 +392,195 @@ impl tower::Service<http::Request<tonic::body::Body>> for Http2Channel {
     }
 }
 
-/// Dials the target, does the TLS and HTTP/2 handshakes, and spawns the connection task.
-async fn dial(config: &ChannelConfig) -> Result<Open, Status> {
+/// Dials the target, does the TLS and HTTP/2 handshakes, and spawns the connection task
+/// (with the keepalive, when configured; `interval_ms` is the channel's interval in force).
+async fn dial(
+    config: &ChannelConfig,
+    interval_ms: Arc<AtomicU64>,
+) -> Result<Open, TransportFailure> {
+    let target = config.target.to_string();
+    let peer_spoke_tls = Arc::new(AtomicBool::new(false));
     let connect = async {
-        let socket = Socket::connect(config.target.clone()).await.map_err(|e| {
-            Status::unavailable(format!(
-                "transport error: cannot connect to {}: {e}",
-                config.target
-            ))
-        })?;
-        let mut builder = h2::client::Builder::new();
-        builder.initial_max_send_streams(config.max_concurrent_calls);
+        let socket = Socket::connect(config.target.clone())
+            .await
+            .map_err(|e| io_failure(&target, "connecting", &e))?;
+        let builder = {
+            let mut builder = h2::client::Builder::new();
+            builder.initial_max_send_streams(config.max_concurrent_streams);
+            builder
+        };
+        let fd = socket.as_raw_fd();
         match &config.tls {
             None => {
-                let fd = socket.as_raw_fd();
+                let socket = socket.sniffing_for_tls(Arc::clone(&peer_spoke_tls));
                 handshake(builder, socket, fd).await
             }
             Some((tls, name)) => {
-                let fd = socket.as_raw_fd();
                 let socket = TlsConnector::from(Arc::clone(tls))
                     .connect(name.clone(), socket)
                     .await
-                    .map_err(|e| {
-                        Status::unavailable(format!(
-                            "TLS handshake with {} failed: {e}",
-                            config.target
-                        ))
-                    })?;
+                    .map_err(|e| tls_handshake_failure(&target, &e))?;
                 if socket.get_ref().1.alpn_protocol() != Some(b"h2") {
-                    return Err(Status::unavailable(format!(
-                        "TLS handshake with {}: the worker did not agree to HTTP/2 (ALPN h2)",
-                        config.target
-                    )));
+                    return Err(TransportFailure::new(
+                        Cause::Tls,
+                        format!(
+                            "TLS handshake with {target}: the worker did not agree to HTTP/2 \
+                             (ALPN h2)"
+                        ),
+                    ));
                 }
                 handshake(builder, socket, fd).await
             }
         }
     };
-    match config.connect_timeout {
+    let (send, connection) = match config.connect_timeout {
         Some(limit) => tokio::time::timeout(limit, connect).await.map_err(|_| {
-            Status::unavailable(format!(
-                "transport error: connecting to {} took over {limit:?}",
-                config.target
-            ))
-        })?,
-        None => connect.await,
-    }
-}
-
-async fn handshake<T>(builder: h2::client::Builder, io: T, fd: RawFd) -> Result<Open, Status>
-where
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let (send, connection) = builder.handshake::<T, Bytes>(io).await.map_err(|e| {
-        Status::unavailable(format!("transport error: HTTP/2 handshake failed: {e}"))
-    })?;
-    let ended = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&ended);
-    let task = tokio::spawn(async move {
-        if let Err(error) = connection.await {
-            tracing::debug!("worker connection ended: {error}");
-        }
-        flag.store(true, Ordering::Release);
+            TransportFailure::new(
+                Cause::Unreachable,
+                format!(
+                    "connecting to the worker at {target} took over {:.3} s",
+                    limit.as_secs_f64()
+                ),
+            )
+        })??,
+        None => connect.await?,
+    };
+    let (send, fd) = send;
+    let state = Arc::new(ConnectionState {
+        target,
+        ended: AtomicBool::new(false),
+        keepalive_expired: AtomicBool::new(false),
+        peer_spoke_tls,
+        calls: AtomicUsize::new(0),
+        pings_without_data: AtomicU32::new(0),
+        last_used: std::sync::Mutex::new(Instant::now()),
+        keepalive: config.keepalive,
     });
+    let task = tokio::spawn(drive(connection, Arc::clone(&state), interval_ms));
     Ok(Open {
         send,
-        ended,
-        last_used: Arc::new(std::sync::Mutex::new(Instant::now())),
+        state,
         fd,
         task: Arc::new(task.abort_handle()),
     })
+}
+
+/// A TLS handshake that failed: the worker rejected us or we rejected it (a rustls error), or
+/// it hung up in the middle (a plaintext worker does); anything else is a broken connection.
+fn tls_handshake_failure(target: &str, error: &std::io::Error) -> TransportFailure {
+    if error.kind() == std::io::ErrorKind::UnexpectedEof {
+        return TransportFailure::new(
+            Cause::Tls,
+            format!(
+                "TLS handshake with {target}: the worker closed the connection (does it \
+                 serve plaintext?)"
+            ),
+        );
+    }
+    let failure = io_failure(target, "TLS handshake", error);
+    if failure.cause == Cause::Tls {
+        TransportFailure::new(
+            Cause::Tls,
+            format!("TLS handshake with {target} failed: {error} (a plaintext worker answers TLS with HTTP/2 bytes, which TLS reads as a corrupt message)"),
+        )
+    } else {
+        failure
+    }
+}
+
+/// The connection future, boxed: it is the same type whatever the socket.
+type Connection = Pin<Box<dyn Future<Output = Result<(), h2::Error>> + Send>>;
+/// What the HTTP/2 handshake gives: the stream handle and the socket's descriptor, and the
+/// connection future with its PING handle.
+type Handshaken = (
+    (SendRequest<Bytes>, RawFd),
+    (Connection, Option<h2::PingPong>),
+);
+
+async fn handshake<T>(
+    builder: h2::client::Builder,
+    io: T,
+    fd: RawFd,
+) -> Result<Handshaken, TransportFailure>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (send, mut connection) = builder.handshake::<T, Bytes>(io).await.map_err(|e| {
+        TransportFailure::new(Cause::Unreachable, format!("HTTP/2 handshake failed: {e}"))
+    })?;
+    let ping_pong = connection.ping_pong();
+    Ok(((send, fd), (Box::pin(connection), ping_pong)))
+}
+
+/// The connection task: drives the HTTP/2 connection, and the keepalive beside it. When a PING
+/// goes unanswered the connection is dropped, which fails every call on it (as
+/// [`Cause::KeepaliveTimeout`]).
+async fn drive(
+    (mut connection, ping_pong): (Connection, Option<h2::PingPong>),
+    state: Arc<ConnectionState>,
+    interval_ms: Arc<AtomicU64>,
+) {
+    // Marks the connection ended however this task ends, also when it is dropped unfinished
+    // (the runtime it was spawned on shut down): the next call then dials anew.
+    struct Ended(Arc<ConnectionState>);
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            self.0.ended.store(true, Ordering::Release);
+        }
+    }
+    let _ended = Ended(Arc::clone(&state));
+    let ended = match (state.keepalive, ping_pong) {
+        (Some(settings), Some(ping_pong)) => tokio::select! {
+            ended = &mut connection => ended,
+            () = keep_alive(ping_pong, settings, &state, &interval_ms) => {
+                state.keepalive_expired.store(true, Ordering::Release);
+                tracing::debug!(target = %state.target, "keepalive PING unanswered: closing the connection");
+                Ok(())
+            }
+        },
+        _ => (&mut connection).await,
+    };
+    drop(connection);
+    if let Err(error) = ended {
+        tracing::debug!(target = %state.target, "worker connection ended: {error}");
+        if error.is_go_away()
+            && error.is_remote()
+            && error.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM)
+        {
+            // The worker's ping policy refused our PINGs as too frequent: ping half as often
+            // from now on (gRPC's client does the same on `too_many_pings`).
+            let doubled = interval_ms.load(Ordering::Relaxed).saturating_mul(2);
+            interval_ms.store(doubled, Ordering::Relaxed);
+            tracing::warn!(target = %state.target, interval_ms = doubled,
+                "the worker refused our keepalive pings as too many (ENHANCE_YOUR_CALM): pinging less often");
+        }
+    }
+}
+
+/// Sends a PING every interval and waits up to the timeout for its ack; returns when one goes
+/// unanswered. Respects `without_calls` and `max_pings_without_data` as gRPC's client does.
+async fn keep_alive(
+    mut ping_pong: h2::PingPong,
+    settings: Keepalive,
+    state: &ConnectionState,
+    interval_ms: &AtomicU64,
+) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(interval_ms.load(Ordering::Relaxed))).await;
+        if !settings.without_calls && state.calls.load(Ordering::Relaxed) == 0 {
+            continue;
+        }
+        let sent = state.pings_without_data.fetch_add(1, Ordering::Relaxed);
+        if settings.max_pings_without_data > 0 && sent >= settings.max_pings_without_data {
+            continue;
+        }
+        match tokio::time::timeout(settings.timeout, ping_pong.ping(h2::Ping::opaque())).await {
+            Ok(Ok(_pong)) => {}
+            // The connection is ending anyway; the connection future reports why.
+            Ok(Err(_)) => return std::future::pending().await,
+            Err(_elapsed) => return,
+        }
+    }
 }
 
 /// `host:port` as the HTTP/2 `:authority` (IPv6 bracketed), or `localhost` for a Unix socket.
@@ -334,18 +591,6 @@ fn authority(target: &Target) -> http::uri::Authority {
     };
     text.parse()
         .unwrap_or_else(|_| http::uri::Authority::from_static("localhost"))
-}
-
-/// A failed stream or connection as the gRPC status a peer like grpcio would report.
-fn status_from_h2(error: &h2::Error) -> Status {
-    let reason = error.reason();
-    if error.is_io() || error.is_go_away() || reason == Some(h2::Reason::REFUSED_STREAM) {
-        Status::unavailable(format!("connection error: {error}"))
-    } else if reason == Some(h2::Reason::CANCEL) {
-        Status::cancelled(format!("stream cancelled: {error}"))
-    } else {
-        Status::internal(format!("h2 protocol error: {error}"))
-    }
 }
 
 /// Moves a request body into its HTTP/2 stream, holding back one frame so that the last one
@@ -435,34 +680,124 @@ pub(crate) struct ResponseBody {
     data_done: bool,
     /// A streaming call's turn, released when the response body is done with.
     _stream_turn: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The call's place on its connection (and the connection's state, for failures).
+    call: CallOnConnection,
+    /// Checks each gRPC message's length prefix against the receive limit.
+    messages: MessageSizes,
+}
+
+/// Follows the gRPC length-prefixed messages in a response's DATA (1 flag byte, 4 length
+/// bytes, the message) and refuses a message over the limit as soon as its prefix arrives,
+/// before it is buffered: as gRPC's client does, with `RESOURCE_EXHAUSTED`.
+struct MessageSizes {
+    limit: usize,
+    prefix: [u8; 5],
+    prefix_len: usize,
+    /// Bytes of the current message still to come.
+    body_left: usize,
+}
+
+impl MessageSizes {
+    fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            prefix: [0; 5],
+            prefix_len: 0,
+            body_left: 0,
+        }
+    }
+
+    /// Follows `data`; the length of a message over the limit, if one starts in it.
+    fn follow(&mut self, mut data: &[u8]) -> Result<(), usize> {
+        while !data.is_empty() {
+            if self.body_left > 0 {
+                let taken = self.body_left.min(data.len());
+                self.body_left -= taken;
+                data = &data[taken..];
+                continue;
+            }
+            let taken = (5 - self.prefix_len).min(data.len());
+            self.prefix[self.prefix_len..self.prefix_len + taken].copy_from_slice(&data[..taken]);
+            self.prefix_len += taken;
+            data = &data[taken..];
+            if self.prefix_len == 5 {
+                self.prefix_len = 0;
+                let length = u32::from_be_bytes([
+                    self.prefix[1],
+                    self.prefix[2],
+                    self.prefix[3],
+                    self.prefix[4],
+                ]) as usize;
+                if length > self.limit {
+                    return Err(length);
+                }
+                self.body_left = length;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Body for ResponseBody {
     type Data = Bytes;
-    type Error = Status;
+    type Error = TransportFailure;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, TransportFailure>>> {
         if !self.data_done {
             match ready!(self.recv.poll_data(cx)) {
                 Some(Ok(data)) => {
                     let _ = self.recv.flow_control().release_capacity(data.len());
+                    if let Err(length) = self.messages.follow(&data) {
+                        let limit = self.messages.limit;
+                        return Poll::Ready(Some(Err(TransportFailure::new(
+                            Cause::Exhausted,
+                            format!(
+                                "the worker at {} answered with a message of {length} bytes, \
+                                 over max_receive_message_bytes ({limit})",
+                                self.call.0.target
+                            ),
+                        ))));
+                    }
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
-                Some(Err(error)) => return Poll::Ready(Some(Err(status_from_h2(&error)))),
+                Some(Err(error)) => return Poll::Ready(Some(Err(self.call.0.failure(&error)))),
                 None => self.data_done = true,
             }
         }
         match ready!(self.recv.poll_trailers(cx)) {
             Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
             Ok(None) => Poll::Ready(None),
-            Err(error) => Poll::Ready(Some(Err(status_from_h2(&error)))),
+            Err(error) => Poll::Ready(Some(Err(self.call.0.failure(&error)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         self.recv.is_end_stream()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MessageSizes;
+
+    #[test]
+    fn message_sizes_are_followed_across_data_frames() {
+        let framed = |length: u32| {
+            let mut bytes = vec![0];
+            bytes.extend(length.to_be_bytes());
+            bytes.extend(std::iter::repeat_n(7, length as usize));
+            bytes
+        };
+        let mut sizes = MessageSizes::new(9);
+        let two = [framed(9), framed(0), framed(3)].concat();
+        for chunk in two.chunks(2) {
+            assert_eq!(sizes.follow(chunk), Ok(()));
+        }
+        let over = framed(10);
+        assert_eq!(sizes.follow(&over[..3]), Ok(()));
+        assert_eq!(sizes.follow(&over[3..]), Err(10));
     }
 }

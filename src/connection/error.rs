@@ -1,9 +1,18 @@
-//! The error kinds Wool callers act on, and how a failed gRPC call maps to them.
+//! The error kinds Wool callers act on, and how a failed call is sorted into them — in one
+//! place, from types:
 //!
-//! Matches the classification of Wool's Python client (WIRE.md, "Client error kinds"):
-//! `UNIMPLEMENTED` on `idle` → idle unavailable; `UNAUTHENTICATED`, or a failure whose text
-//! carries TLS evidence → handshake; `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED`
-//! → transient; anything else → RPC error.
+//! - a failure this client observed itself (the socket, TLS, HTTP/2, keepalive) travels as a
+//!   [`TransportFailure`] whose [`Cause`] decides the kind and the gRPC code;
+//! - a status the worker sent is sorted by its gRPC code, as Wool's client does (WIRE.md,
+//!   "Client error kinds"): `UNIMPLEMENTED` on `idle` → idle unavailable; `UNAUTHENTICATED` →
+//!   handshake; `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED` → transient; anything
+//!   else → RPC error;
+//! - the local deadline is `DEADLINE_EXCEEDED` (transient).
+//!
+//! No kind depends on how a message is worded or on the target's spelling. (Wool's client also
+//! searches `UNAVAILABLE` texts for words such as "ssl" because grpcio gives it nothing else;
+//! here every TLS failure of our own is typed, so a worker at `unix:/run/tls/w.sock` that has
+//! gone away is transient, not a handshake failure.)
 
 use std::fmt;
 
@@ -57,23 +66,6 @@ pub struct Error {
     message: String,
 }
 
-/// Words whose presence in a failure's text marks it as a TLS failure (Wool's list, plus the
-/// ways rustls reports a rejected client certificate).
-const TLS_EVIDENCE: &[&str] = &[
-    "ssl",
-    "tls",
-    "handshake",
-    "certificate",
-    "x509",
-    "alpn",
-    "verification check failed",
-    "alert",
-    "unknownissuer",
-    "invalid peer",
-    // rustls on reading plaintext HTTP/2 where a TLS record was expected (TLS client, plaintext worker)
-    "corrupt message",
-];
-
 /// Which RPC failed: only `idle` turns `UNIMPLEMENTED` into [`ErrorKind::IdleUnavailable`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Call {
@@ -124,39 +116,103 @@ impl Error {
         )
     }
 
-    /// Sorts a failed call's status into a kind, as Wool's client does.
+    /// Sorts a failed call's status into a kind: by the [`Cause`] of a [`TransportFailure`]
+    /// in its source chain when this client observed the failure itself, else by the gRPC code
+    /// the worker sent.
     pub(crate) fn from_status(call: Call, status: &tonic::Status) -> Self {
         let message = describe(status);
-        let code = transport_code(status.code(), &message);
-        let kind = classify(call, code, &message);
-        Self::new(kind, Some(code), message)
+        match transport_failure(status) {
+            Some(failure) => Self::new(failure.cause.kind(), Some(failure.cause.code()), message),
+            None => Self::new(classify(call, status.code()), Some(status.code()), message),
+        }
     }
 }
 
-/// tonic reports a connection that broke under a call (closed, reset, broken pipe) as
-/// `CANCELLED` or `UNKNOWN` with a transport error; gRPC's C core — and so Wool's client —
-/// reports it as `UNAVAILABLE`. Use the latter, so callers see one code for one cause.
-///
-/// Likewise a worker shutting down (after a stop) sends HTTP/2 GOAWAY with NO_ERROR, and h2
-/// fails the calls it had not taken with that reason, which tonic reports as `INTERNAL`; for
-/// gRPC such a call was never processed: `UNAVAILABLE`.
-fn transport_code(code: Code, text: &str) -> Code {
-    let broken_transport = text.contains("transport error") || text.contains("connection error");
-    let going_away = text.contains("connection error received: not a result of an error");
-    match code {
-        Code::Cancelled | Code::Unknown if broken_transport => Code::Unavailable,
-        Code::Internal if going_away => Code::Unavailable,
-        other => other,
+/// A failure of the transport under a call, observed by this client itself. Its [`Cause`] (and
+/// only that) decides the [`ErrorKind`]; the message names the target and what happened.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub(crate) struct TransportFailure {
+    pub(crate) cause: Cause,
+    message: String,
+}
+
+impl TransportFailure {
+    pub(crate) fn new(cause: Cause, message: impl Into<String>) -> Self {
+        Self {
+            cause,
+            message: message.into(),
+        }
     }
 }
 
-fn classify(call: Call, code: Code, text: &str) -> ErrorKind {
-    let lower = text.to_ascii_lowercase();
-    let tls_evidence = TLS_EVIDENCE.iter().any(|word| lower.contains(word));
+/// What went wrong under a call, decided from the error's type where it happened: an I/O
+/// error, a rustls error, an HTTP/2 reason, the keepalive timer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cause {
+    /// The worker could not be reached or the connection broke: connect refused or reset, a
+    /// name that does not resolve, no route, a closed connection, the connect timeout.
+    Unreachable,
+    /// The worker stopped answering keepalive PINGs (frozen, or its network path cut).
+    KeepaliveTimeout,
+    /// The worker is going away (HTTP/2 GOAWAY) or refused the stream before processing it.
+    GoingAway,
+    /// TLS failed: a rustls error (a certificate that fails verification, a fatal alert such as
+    /// a rejected client certificate, a non-TLS answer), no HTTP/2 over ALPN, or TLS on one side
+    /// and plaintext on the other.
+    Tls,
+    /// Too much: the worker reset the stream with ENHANCE_YOUR_CALM (it is overloaded), or its
+    /// answer holds a message over `max_receive_message_bytes`.
+    Exhausted,
+    /// The stream was reset with CANCEL.
+    Cancelled,
+    /// An HTTP/2 protocol failure (a malformed frame from the worker, or a local h2 error).
+    Protocol,
+}
+
+impl Cause {
+    /// The gRPC code gRPC's own client reports for this cause (TLS failures are `UNAVAILABLE`
+    /// there too, and RST_STREAM reasons follow the gRPC-over-HTTP/2 mapping).
+    pub(crate) fn code(self) -> Code {
+        match self {
+            Cause::Unreachable | Cause::KeepaliveTimeout | Cause::GoingAway | Cause::Tls => {
+                Code::Unavailable
+            }
+            Cause::Exhausted => Code::ResourceExhausted,
+            Cause::Cancelled => Code::Cancelled,
+            Cause::Protocol => Code::Internal,
+        }
+    }
+
+    /// What a caller does about it.
+    pub(crate) fn kind(self) -> ErrorKind {
+        match self {
+            Cause::Tls => ErrorKind::Handshake,
+            Cause::Cancelled | Cause::Protocol => ErrorKind::Rpc,
+            Cause::Unreachable | Cause::KeepaliveTimeout | Cause::GoingAway | Cause::Exhausted => {
+                ErrorKind::Transient
+            }
+        }
+    }
+}
+
+/// The [`TransportFailure`] in a status's source chain, if this client made the status from one.
+fn transport_failure(status: &tonic::Status) -> Option<&TransportFailure> {
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        if let Some(failure) = error.downcast_ref::<TransportFailure>() {
+            return Some(failure);
+        }
+        source = error.source();
+    }
+    None
+}
+
+/// A status the worker sent, by its gRPC code alone.
+fn classify(call: Call, code: Code) -> ErrorKind {
     match code {
         Code::Unimplemented if call == Call::Idle => ErrorKind::IdleUnavailable,
         Code::Unauthenticated => ErrorKind::Handshake,
-        Code::Unavailable | Code::Unknown | Code::Internal if tls_evidence => ErrorKind::Handshake,
         Code::Unavailable | Code::DeadlineExceeded | Code::ResourceExhausted => {
             ErrorKind::Transient
         }
@@ -189,69 +245,78 @@ fn describe(status: &tonic::Status) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn statuses_sort_into_wools_kinds() {
-        let kind = |call, code, text: &str| {
-            Error::from_status(call, &tonic::Status::new(code, text)).kind()
-        };
-        assert_eq!(
-            kind(Call::Idle, Code::Unimplemented, ""),
-            ErrorKind::IdleUnavailable
-        );
-        assert_eq!(kind(Call::Stop, Code::Unimplemented, ""), ErrorKind::Rpc);
-        assert_eq!(
-            kind(Call::Idle, Code::Unauthenticated, ""),
-            ErrorKind::Handshake
-        );
-        assert_eq!(
-            kind(
-                Call::Idle,
-                Code::Unavailable,
-                "invalid peer certificate: UnknownIssuer"
-            ),
-            ErrorKind::Handshake
-        );
-        assert_eq!(
-            kind(Call::Idle, Code::Unavailable, "connection refused"),
-            ErrorKind::Transient
-        );
-        assert_eq!(
-            kind(Call::Idle, Code::DeadlineExceeded, ""),
-            ErrorKind::Transient
-        );
-        assert_eq!(
-            kind(Call::Idle, Code::ResourceExhausted, ""),
-            ErrorKind::Transient
-        );
-        assert_eq!(kind(Call::Idle, Code::Internal, "boom"), ErrorKind::Rpc);
-        assert_eq!(kind(Call::Dispatch, Code::NotFound, ""), ErrorKind::Rpc);
-        let broken = Error::from_status(
-            Call::Idle,
-            &tonic::Status::new(
-                Code::Cancelled,
-                "operation was canceled: transport error: connection closed",
-            ),
-        );
-        assert_eq!(
-            (broken.kind(), broken.code()),
-            (ErrorKind::Transient, Some(Code::Unavailable))
-        );
+    fn sent(call: Call, code: Code, text: &str) -> Error {
+        Error::from_status(call, &tonic::Status::new(code, text))
     }
 
     #[test]
-    fn a_call_refused_by_a_worker_going_away_is_transient() {
-        let goaway = Error::from_status(
-            Call::Idle,
-            &tonic::Status::new(
-                Code::Internal,
-                "h2 protocol error: http2 error: connection error received: not a result of an error",
-            ),
+    fn statuses_from_the_worker_sort_by_code_alone() {
+        let kind = |call, code| sent(call, code, "").kind();
+        assert_eq!(
+            kind(Call::Idle, Code::Unimplemented),
+            ErrorKind::IdleUnavailable
+        );
+        assert_eq!(kind(Call::Stop, Code::Unimplemented), ErrorKind::Rpc);
+        assert_eq!(
+            kind(Call::Idle, Code::Unauthenticated),
+            ErrorKind::Handshake
+        );
+        assert_eq!(kind(Call::Idle, Code::Unavailable), ErrorKind::Transient);
+        assert_eq!(
+            kind(Call::Idle, Code::DeadlineExceeded),
+            ErrorKind::Transient
         );
         assert_eq!(
-            (goaway.kind(), goaway.code()),
+            kind(Call::Idle, Code::ResourceExhausted),
+            ErrorKind::Transient
+        );
+        assert_eq!(kind(Call::Idle, Code::Internal), ErrorKind::Rpc);
+        assert_eq!(kind(Call::Dispatch, Code::NotFound), ErrorKind::Rpc);
+        // The wording of a worker's message never changes the kind.
+        for words in ["ssl", "TLS handshake failed", "certificate", "x509", "alpn"] {
+            assert_eq!(
+                sent(Call::Idle, Code::Unavailable, words).kind(),
+                ErrorKind::Transient
+            );
+            assert_eq!(
+                sent(Call::Idle, Code::Internal, words).kind(),
+                ErrorKind::Rpc
+            );
+        }
+    }
+
+    #[test]
+    fn failures_seen_by_the_client_sort_by_their_cause() {
+        let observed = |cause, text: &str| {
+            Error::from_status(
+                Call::Idle,
+                &tonic::Status::from_error(Box::new(TransportFailure::new(cause, text))),
+            )
+        };
+        // Words Wool's text rule looks for, in a target that has merely gone away.
+        let gone = observed(
+            Cause::Unreachable,
+            "cannot connect to unix:/run/tls/ssl-handshake-certificate-x509-alpn.sock: No such file",
+        );
+        assert_eq!(
+            (gone.kind(), gone.code()),
             (ErrorKind::Transient, Some(Code::Unavailable))
         );
-        let internal = Error::from_status(Call::Idle, &tonic::Status::new(Code::Internal, "boom"));
-        assert_eq!(internal.kind(), ErrorKind::Rpc);
+        assert!(gone.message().contains("/run/tls/"), "{}", gone.message());
+        let tls = observed(Cause::Tls, "invalid peer certificate: UnknownIssuer");
+        assert_eq!(
+            (tls.kind(), tls.code()),
+            (ErrorKind::Handshake, Some(Code::Unavailable))
+        );
+        let silent = observed(Cause::KeepaliveTimeout, "stopped answering keepalive pings");
+        assert_eq!(silent.kind(), ErrorKind::Transient);
+        assert_eq!(observed(Cause::GoingAway, "").kind(), ErrorKind::Transient);
+        let calm = observed(Cause::Exhausted, "");
+        assert_eq!(
+            (calm.kind(), calm.code()),
+            (ErrorKind::Transient, Some(Code::ResourceExhausted))
+        );
+        assert_eq!(observed(Cause::Protocol, "").kind(), ErrorKind::Rpc);
+        assert_eq!(observed(Cause::Cancelled, "").code(), Some(Code::Cancelled));
     }
 }

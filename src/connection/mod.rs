@@ -29,7 +29,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use once_cell::sync::OnceCell;
+use arc_swap::ArcSwapOption;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -45,26 +45,126 @@ use crate::protocol::{
     worker_client::WorkerClient, Grace, Request, StopRequest, Task, Void, PROTOCOL_VERSION,
 };
 
-/// Channel settings; part of the pool key. Defaults are Wool's channel defaults.
+/// Channel settings, as Wool's `ChannelOptions`; part of the pool key (connections share a
+/// channel only when their options are equal). [`Default`] gives Wool's channel defaults.
+///
+/// Set fields on a default value; [`WorkerConnection::with_options`] checks them
+/// ([`ChannelOptions::validate`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct ChannelOptions {
-    /// Largest message sent or received, in bytes (Wool: 100 MiB).
-    pub max_message_bytes: usize,
-    /// Limit on establishing the transport connection (TCP, TLS and HTTP/2 handshakes);
-    /// `None` = only the call's deadline.
+    /// Largest message received, in bytes, 1 to 4 GiB − 1 (Wool's
+    /// `max_receive_message_length`: 100 MiB). A larger one fails the call (`RESOURCE_EXHAUSTED`).
+    pub max_receive_message_bytes: usize,
+    /// Largest message sent, in bytes, 1 to 4 GiB − 1 (Wool's `max_send_message_length`:
+    /// 100 MiB).
+    pub max_send_message_bytes: usize,
+    /// How long after the previous PING was answered the next one goes out (Wool's
+    /// `keepalive_time_ms`: 30 s); at least 1 ms. `None` turns keepalive off: a call with no
+    /// deadline to a frozen worker then waits for ever.
+    pub keepalive_interval: Option<Duration>,
+    /// How long a PING may go unanswered before the connection is declared dead and its calls
+    /// fail as [`ErrorKind::Transient`] (Wool's `keepalive_timeout_ms`: 30 s); at least 1 ms.
+    pub keepalive_timeout: Duration,
+    /// Whether to ping while no call is open (Wool's `keepalive_permit_without_calls`: true), so
+    /// a pooled connection that died between polls is found out before the next poll.
+    pub keepalive_without_calls: bool,
+    /// Most PINGs sent with no call started in between; 0 = no limit (Wool's
+    /// `max_pings_without_data`: 2). Keeps an idle connection within a worker's ping policy.
+    pub max_pings_without_data: u32,
+    /// Most calls opening streams on the channel at once, 1 to 2^31 − 1 (Wool's
+    /// `max_concurrent_streams`: 100). More calls wait their turn instead of failing: workers
+    /// refuse streams beyond their limit.
+    pub max_concurrent_streams: usize,
+    /// Limit on establishing the connection (TCP, TLS and HTTP/2 handshakes), at least 1 ms;
+    /// `None` = only the call's deadline. Default 20 s, gRPC's minimum connect timeout, so a
+    /// worker frozen mid-handshake cannot hold a call with no deadline for ever.
     pub connect_timeout: Option<Duration>,
-    /// Most calls opening streams on the channel at once (Wool: 100 concurrent streams). More
-    /// calls wait their turn instead of failing: workers refuse streams beyond their limit.
-    pub max_concurrent_calls: usize,
 }
+
+/// Wool's default message limit, each way: 100 MiB.
+const DEFAULT_MAX_MESSAGE_BYTES: usize = crate::protocol::MAX_MESSAGE_BYTES;
 
 impl Default for ChannelOptions {
     fn default() -> Self {
         Self {
-            max_message_bytes: crate::worker::MAX_MESSAGE_BYTES,
-            connect_timeout: None,
-            max_concurrent_calls: 100,
+            max_receive_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            max_send_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            keepalive_interval: Some(Duration::from_secs(30)),
+            keepalive_timeout: Duration::from_secs(30),
+            keepalive_without_calls: true,
+            max_pings_without_data: 2,
+            max_concurrent_streams: 100,
+            connect_timeout: Some(Duration::from_secs(20)),
         }
+    }
+}
+
+impl ChannelOptions {
+    /// Checks every field's range.
+    ///
+    /// Errors: [`ErrorKind::InvalidArgument`] naming the first option out of range.
+    pub fn validate(&self) -> Result<(), Error> {
+        const MIN_TIME: Duration = Duration::from_millis(1);
+        let bad = |option: &str, value: String, range: &str| {
+            Err(Error::invalid_argument(format!(
+                "channel option {option} must be {range}, got {value}"
+            )))
+        };
+        let message_limit = 1..=(u32::MAX as usize);
+        if !message_limit.contains(&self.max_receive_message_bytes) {
+            return bad(
+                "max_receive_message_bytes",
+                self.max_receive_message_bytes.to_string(),
+                "1 to 4294967295 bytes",
+            );
+        }
+        if !message_limit.contains(&self.max_send_message_bytes) {
+            return bad(
+                "max_send_message_bytes",
+                self.max_send_message_bytes.to_string(),
+                "1 to 4294967295 bytes",
+            );
+        }
+        if let Some(interval) = self.keepalive_interval.filter(|i| *i < MIN_TIME) {
+            return bad(
+                "keepalive_interval",
+                format!("{interval:?}"),
+                "at least 1 ms (or none, to turn keepalive off)",
+            );
+        }
+        if self.keepalive_timeout < MIN_TIME {
+            return bad(
+                "keepalive_timeout",
+                format!("{:?}", self.keepalive_timeout),
+                "at least 1 ms",
+            );
+        }
+        if !(1..=i32::MAX as usize).contains(&self.max_concurrent_streams) {
+            return bad(
+                "max_concurrent_streams",
+                self.max_concurrent_streams.to_string(),
+                "1 to 2147483647",
+            );
+        }
+        if let Some(limit) = self.connect_timeout.filter(|l| *l < MIN_TIME) {
+            return bad(
+                "connect_timeout",
+                format!("{limit:?}"),
+                "at least 1 ms (or none)",
+            );
+        }
+        Ok(())
+    }
+
+    /// The keepalive the channel runs, if any.
+    fn keepalive(&self) -> Option<channel::Keepalive> {
+        self.keepalive_interval.map(|interval| channel::Keepalive {
+            interval,
+            timeout: self.keepalive_timeout,
+            without_calls: self.keepalive_without_calls,
+            max_pings_without_data: self.max_pings_without_data,
+        })
     }
 }
 
@@ -96,7 +196,10 @@ pub fn timeout_from_seconds(seconds: f64) -> Result<Option<Duration>, Error> {
 #[derive(Debug)]
 pub struct WorkerConnection {
     key: Arc<PoolKey>,
-    lease: OnceCell<ChannelLease>,
+    /// This connection's share of its pooled channel, taken on the first call. Replaced when
+    /// it belongs to another process (the connection was inherited across `fork()`); swapped
+    /// without a lock, so a forked child never waits on one its parent held.
+    lease: ArcSwapOption<ChannelLease>,
 }
 
 impl WorkerConnection {
@@ -115,20 +218,24 @@ impl WorkerConnection {
         Self::with_options(target, credentials, ChannelOptions::default())
     }
 
-    /// A connection with explicit channel options. No I/O.
+    /// A connection with explicit channel options (TLS when `credentials` is given). No I/O.
+    ///
+    /// Errors: [`ErrorKind::InvalidArgument`] for a malformed target or an option out of range
+    /// (the message names it).
     pub fn with_options(
         target: &str,
         credentials: Option<WorkerCredentials>,
         options: ChannelOptions,
     ) -> Result<Self, Error> {
         let target = Target::parse(target)?;
+        options.validate()?;
         Ok(Self {
             key: Arc::new(PoolKey {
                 target,
                 credentials,
                 options,
             }),
-            lease: OnceCell::new(),
+            lease: ArcSwapOption::empty(),
         })
     }
 
@@ -137,18 +244,25 @@ impl WorkerConnection {
         &self.key.target
     }
 
-    fn channel(&self) -> Result<&channel::Http2Channel, Error> {
-        Ok(self
-            .lease
-            .get_or_try_init(|| ChannelLease::acquire(&self.key))?
-            .channel())
+    /// The pooled channel, taking a share of it on first use in this process.
+    fn channel(&self) -> Result<channel::Http2Channel, Error> {
+        if let Some(lease) = self.lease.load().as_ref().filter(|l| l.is_current()) {
+            return Ok(lease.channel().clone());
+        }
+        let lease = Arc::new(ChannelLease::acquire(&self.key)?);
+        let channel = lease.channel().clone();
+        // Racing first calls each take a share; the one stored stays, the others are released.
+        self.lease.store(Some(lease));
+        Ok(channel)
     }
 
     fn client(&self) -> Result<WorkerClient<channel::Http2Channel>, Error> {
-        let limit = self.key.options.max_message_bytes;
-        Ok(WorkerClient::new(self.channel()?.clone())
-            .max_decoding_message_size(limit)
-            .max_encoding_message_size(limit))
+        let options = &self.key.options;
+        // The channel enforces the receive limit (as RESOURCE_EXHAUSTED, gRPC's code for it);
+        // tonic's own check would report OUT_OF_RANGE.
+        Ok(WorkerClient::new(self.channel()?)
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(options.max_send_message_bytes))
     }
 
     /// Seconds the worker has been continuously idle (`0.0` while it has work in flight).
@@ -312,14 +426,9 @@ fn protocol_violation(expected: &str, got: Option<ResponsePayload>) -> Error {
     )
 }
 
+/// A task id as Wool's worker parses it: a UUID (random, version 4), in its hyphenated form.
 fn next_task_id() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    format!(
-        "{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    uuid::Uuid::new_v4().to_string()
 }
 
 #[cfg(test)]

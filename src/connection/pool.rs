@@ -9,10 +9,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use once_cell::sync::Lazy;
-
 use super::channel::{ChannelConfig, Http2Channel};
 use super::{ChannelOptions, Error, Target, WorkerCredentials};
+use crate::process::PerProcess;
 
 /// How long an unused channel stays in the pool (Wool's client pool keeps one 60 s).
 pub const UNUSED_CHANNEL_TTL: Duration = Duration::from_secs(60);
@@ -33,19 +32,32 @@ struct PoolEntry {
     unused_since: Option<Instant>,
 }
 
-static POOL: Lazy<Mutex<HashMap<Arc<PoolKey>, PoolEntry>>> = Lazy::new(Default::default);
+type Pool = Mutex<HashMap<Arc<PoolKey>, PoolEntry>>;
+
+/// The pool of this process: a child forked after the library was used gets a pool of its own
+/// and never touches (or locks) the parent's.
+static POOL: PerProcess<Pool> = PerProcess::new();
 
 fn pool() -> std::sync::MutexGuard<'static, HashMap<Arc<PoolKey>, PoolEntry>> {
+    let pool = POOL
+        .get_or_try_init(
+            || Ok::<_, std::convert::Infallible>(Pool::default()),
+            |_| {},
+        )
+        .unwrap_or_else(|never| match never {});
     // A panic while holding the lock cannot leave the map inconsistent (every update is one
     // insert, remove or counter change), so a poisoned lock is still usable.
-    POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    pool.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// One user's share of a pooled channel; dropping it releases the share.
 #[derive(Debug)]
 pub(crate) struct ChannelLease {
     key: Arc<PoolKey>,
-    channel: Http2Channel,
+    /// Never dropped in a process other than the one that leased it (see [`Drop`]).
+    channel: std::mem::ManuallyDrop<Http2Channel>,
+    /// The fork generation of the pool it came from.
+    generation: u64,
 }
 
 impl ChannelLease {
@@ -69,7 +81,8 @@ impl ChannelLease {
         entry.unused_since = None;
         Ok(Self {
             key: Arc::clone(key),
-            channel: entry.channel.clone(),
+            channel: std::mem::ManuallyDrop::new(entry.channel.clone()),
+            generation: crate::process::generation(),
         })
     }
 
@@ -77,10 +90,23 @@ impl ChannelLease {
     pub(crate) fn channel(&self) -> &Http2Channel {
         &self.channel
     }
+
+    /// Whether the lease belongs to this process's pool (not to a parent's, before a fork).
+    pub(crate) fn is_current(&self) -> bool {
+        self.generation == crate::process::generation()
+    }
 }
 
 impl Drop for ChannelLease {
     fn drop(&mut self) {
+        if !self.is_current() {
+            // A parent's lease, in a forked child: its channel and pool are the parent's, and
+            // even dropping them could wait on a lock held by a thread that does not exist
+            // here. Leave them alone.
+            return;
+        }
+        // SAFETY: dropped once, here, and never used again.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.channel) };
         let mut pool = pool();
         if let Some(entry) = pool.get_mut(&self.key) {
             entry.users -= 1;
@@ -126,7 +152,9 @@ fn open_channel(key: &PoolKey) -> Result<Http2Channel, Error> {
     Ok(Http2Channel::new(ChannelConfig {
         target: key.target.clone(),
         tls,
-        max_concurrent_calls: key.options.max_concurrent_calls.max(1),
+        max_concurrent_streams: key.options.max_concurrent_streams,
         connect_timeout: key.options.connect_timeout,
+        keepalive: key.options.keepalive(),
+        max_receive_message_bytes: key.options.max_receive_message_bytes,
     }))
 }

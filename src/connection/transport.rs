@@ -10,6 +10,8 @@ use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
@@ -40,7 +42,14 @@ ready_socket!(UnixStream);
 
 /// A connected client socket (see the module docs).
 #[derive(Debug)]
-pub(crate) enum Socket {
+pub(crate) struct Socket {
+    stream: Stream,
+    /// For a plaintext connection: set when the peer's first bytes are a TLS record.
+    tls_answer: Option<Arc<AtomicBool>>,
+}
+
+#[derive(Debug)]
+enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
 }
@@ -49,16 +58,33 @@ impl Socket {
     /// Dials `target`: TCP with `TCP_NODELAY` (a poll is one small request; Nagle would hold
     /// it back), or the Unix socket at its path.
     pub(crate) async fn connect(target: Target) -> io::Result<Socket> {
-        let socket = match target {
+        let stream = match target {
             Target::Tcp { host, port } => {
                 let stream = TcpStream::connect((host.as_str(), port)).await?;
                 stream.set_nodelay(true)?;
-                Socket::Tcp(stream)
+                Stream::Tcp(stream)
             }
-            Target::Unix(path) => Socket::Unix(UnixStream::connect::<PathBuf>(path).await?),
+            Target::Unix(path) => Stream::Unix(UnixStream::connect::<PathBuf>(path).await?),
         };
-        Ok(socket)
+        Ok(Socket {
+            stream,
+            tls_answer: None,
+        })
     }
+
+    /// For plaintext HTTP/2: sets `flag` if the peer's first bytes are a TLS record (a TLS
+    /// worker answers a plaintext client's preface with an alert). An HTTP/2 peer's first
+    /// bytes are a SETTINGS frame, whose length field never starts with those bytes.
+    pub(crate) fn sniffing_for_tls(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.tls_answer = Some(flag);
+        self
+    }
+}
+
+/// Whether `bytes` begin a TLS record: content type alert (21) or handshake (22), then the
+/// major version 3.
+fn is_tls_record(bytes: &[u8]) -> bool {
+    matches!(bytes, [21 | 22, 3, ..] | [21 | 22])
 }
 
 /// `sendmsg` with `MSG_NOSIGNAL`: a vectored write that returns `EPIPE` instead of raising SIGPIPE.
@@ -94,18 +120,18 @@ fn poll_send<S: ReadySocket>(
 
 impl Socket {
     fn poll_send(&self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
-        match self {
-            Socket::Tcp(stream) => poll_send(stream, cx, bufs),
-            Socket::Unix(stream) => poll_send(stream, cx, bufs),
+        match &self.stream {
+            Stream::Tcp(stream) => poll_send(stream, cx, bufs),
+            Stream::Unix(stream) => poll_send(stream, cx, bufs),
         }
     }
 }
 
 impl AsRawFd for Socket {
     fn as_raw_fd(&self) -> RawFd {
-        match self {
-            Socket::Tcp(stream) => stream.as_raw_fd(),
-            Socket::Unix(stream) => stream.as_raw_fd(),
+        match &self.stream {
+            Stream::Tcp(stream) => stream.as_raw_fd(),
+            Stream::Unix(stream) => stream.as_raw_fd(),
         }
     }
 }
@@ -116,10 +142,20 @@ impl AsyncRead for Socket {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Socket::Tcp(stream) => Pin::new(stream).poll_read(cx, buf),
-            Socket::Unix(stream) => Pin::new(stream).poll_read(cx, buf),
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        ready!(match &mut this.stream {
+            Stream::Tcp(stream) => Pin::new(stream).poll_read(cx, buf),
+            Stream::Unix(stream) => Pin::new(stream).poll_read(cx, buf),
+        })?;
+        let read = &buf.filled()[before..];
+        if !read.is_empty() {
+            // Only the first bytes tell: look once.
+            if let Some(flag) = this.tls_answer.take() {
+                flag.store(is_tls_record(read), Ordering::Release);
+            }
         }
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -149,9 +185,9 @@ impl AsyncWrite for Socket {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Socket::Tcp(stream) => Pin::new(stream).poll_shutdown(cx),
-            Socket::Unix(stream) => Pin::new(stream).poll_shutdown(cx),
+        match &mut self.get_mut().stream {
+            Stream::Tcp(stream) => Pin::new(stream).poll_shutdown(cx),
+            Stream::Unix(stream) => Pin::new(stream).poll_shutdown(cx),
         }
     }
 }
@@ -169,7 +205,10 @@ mod tests {
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
         let (ours, theirs) = UnixStream::pair().unwrap();
         drop(theirs);
-        let mut socket = Socket::Unix(ours);
+        let mut socket = Socket {
+            stream: Stream::Unix(ours),
+            tls_answer: None,
+        };
         let mut outcome = Ok(());
         for _ in 0..4 {
             outcome = socket.write_all(b"after the peer closed").await;
@@ -178,5 +217,15 @@ mod tests {
             }
         }
         assert_eq!(outcome.unwrap_err().kind(), io::ErrorKind::BrokenPipe);
+    }
+
+    #[test]
+    fn tls_records_are_told_from_http2_frames() {
+        assert!(is_tls_record(&[21, 3, 3, 0, 2, 2, 50])); // an alert
+        assert!(is_tls_record(&[22, 3, 1])); // a handshake
+        assert!(is_tls_record(&[21]));
+        assert!(!is_tls_record(&[0, 0, 18, 4, 0])); // a SETTINGS frame
+        assert!(!is_tls_record(&[21, 0, 0]));
+        assert!(!is_tls_record(&[]));
     }
 }

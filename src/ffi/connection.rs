@@ -8,7 +8,7 @@ use super::{
     ffi_panic_boundary, free_boxed, runtime, set_boxed, try_grace, try_mut, try_ref, try_str,
     try_timeout, wool_status,
 };
-use crate::connection::WorkerConnection;
+use crate::connection::{ChannelOptions, Error, WorkerConnection};
 
 /// A lazy handle to one worker, like Wool's WorkerConnection. Opaque; made by wool_connect,
 /// released by wool_free. One handle may be used by many threads at once.
@@ -18,10 +18,19 @@ pub struct wool_connection {
     inner: Arc<WorkerConnection>,
 }
 
-/// Makes a handle to the worker at `target` and writes it to `*out`. No I/O happens here: a
-/// worker that cannot be reached shows up on the first wool_idle or wool_stop as
-/// WOOL_STATUS_TRANSIENT. Handles with equal (target, credentials, options) share one pooled
-/// HTTP/2 channel.
+impl wool_connection {
+    pub(crate) fn new(inner: WorkerConnection) -> Self {
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+}
+
+/// Makes a handle to the worker at `target` and writes it to `*out`, with Wool's default
+/// channel options (see wool_channel_options_new; wool_connect_with_options takes others). No
+/// I/O happens here: a worker that cannot be reached shows up on the first wool_idle or
+/// wool_stop as WOOL_STATUS_TRANSIENT. Handles with equal (target, credentials, options) share
+/// one pooled HTTP/2 channel.
 ///
 /// - `target`: NUL-terminated UTF-8: `host:port`, `dns:host:port`, `dns:///host:port`,
 ///   `ipv4:address:port`, `ipv6:[address]:port`, `[v6address]:port` or `unix:path`.
@@ -42,19 +51,28 @@ pub unsafe extern "C" fn wool_connect(
     out: *mut *mut wool_connection,
 ) -> wool_status {
     ffi_panic_boundary!("wool_connect", {
-        // SAFETY (all three): the caller's contract above.
-        let target = unsafe { try_str(target, "target") }?;
-        let credentials = unsafe { credentials.as_ref() }.map(|c| c.inner.clone());
-        let out = unsafe { try_mut(out, "out") }?;
-        let inner = WorkerConnection::with_credentials(target, credentials)?;
-        set_boxed(
-            out,
-            wool_connection {
-                inner: Arc::new(inner),
-            },
-        );
-        Ok(())
+        // SAFETY: the caller's contract above.
+        unsafe { connect(target, credentials, None, out) }
     })
+}
+
+/// The body of wool_connect and wool_connect_with_options (`options` None = Wool's defaults).
+///
+/// # Safety
+/// As wool_connect.
+pub(crate) unsafe fn connect(
+    target: *const c_char,
+    credentials: *const wool_credentials,
+    options: Option<ChannelOptions>,
+    out: *mut *mut wool_connection,
+) -> Result<(), Error> {
+    // SAFETY (all three): the caller's contract.
+    let target = unsafe { try_str(target, "target") }?;
+    let credentials = unsafe { credentials.as_ref() }.map(|c| c.inner.clone());
+    let out = unsafe { try_mut(out, "out") }?;
+    let inner = WorkerConnection::with_options(target, credentials, options.unwrap_or_default())?;
+    set_boxed(out, wool_connection::new(inner));
+    Ok(())
 }
 
 /// Asks the worker how many seconds it has been continuously idle (exactly 0.0 while any task

@@ -1,7 +1,7 @@
 //! The C ABI: `include/wool.h`, generated from this module by cbindgen (see `cbindgen.toml` and
 //! `tests/header.rs`). The contract is docs/C-API.md; every name here is part of it.
 //!
-//! One file per C-visible type ([`status`], [`connection`], [`credentials`]), plus the boundary
+//! One file per C-visible type ([`status`], [`connection`], [`credentials`], [`options`]), plus the boundary
 //! itself, written once:
 //! - `ffi_panic_boundary!` wraps every exported body: it catches panics and turns the body's
 //!   outcome into the C return value (a failed `Result` also becomes the thread's last error).
@@ -12,6 +12,7 @@
 pub mod connection;
 pub mod credentials;
 pub mod last_error;
+pub mod options;
 mod runtime;
 pub mod status;
 
@@ -26,6 +27,15 @@ pub use credentials::{
     wool_credentials, wool_credentials_free, wool_credentials_from_files, wool_credentials_from_pem,
 };
 pub use last_error::{wool_last_error, wool_last_rpc_code};
+pub use options::{
+    wool_channel_options, wool_channel_options_free, wool_channel_options_new,
+    wool_channel_options_set_connect_timeout, wool_channel_options_set_keepalive_interval,
+    wool_channel_options_set_keepalive_timeout, wool_channel_options_set_keepalive_without_calls,
+    wool_channel_options_set_max_concurrent_streams,
+    wool_channel_options_set_max_pings_without_data,
+    wool_channel_options_set_max_receive_message_bytes,
+    wool_channel_options_set_max_send_message_bytes, wool_connect_with_options,
+};
 pub use status::{wool_status, wool_status_name};
 
 /// Runs an exported function's body, catching any panic so that no unwinding crosses into C.

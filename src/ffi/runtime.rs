@@ -10,66 +10,51 @@
 //! Between calls a housekeeping thread gives the runtime a few turns once a second (answering
 //! HTTP/2 PINGs, hanging up on a worker that is shutting down, evicting unused channels).
 //!
-//! Two facts shape it (both are "Known pitfalls" in C-API.md):
+//! Three facts shape it (all are "Known pitfalls" in C-API.md):
 //! - SIGPIPE: the caller's thread does socket writes, and a write to a peer that has closed
 //!   raises SIGPIPE, which kills a C host that kept the default disposition. The client's
 //!   sockets write with `MSG_NOSIGNAL` (see `connection::transport`), so no thread ever gets it.
 //! - `Runtime::block_on` panics on a thread that is already inside a tokio runtime (a Rust host,
 //!   or a callback). Such a caller hands the call to a short-lived helper thread that drives the
 //!   runtime and waits for it; only this rare case pays the extra hop.
+//! - `fork()`: a child inherits the runtime's memory but not its threads, and shares its epoll
+//!   instance and sockets with the parent. The runtime is therefore per process (see
+//!   `crate::process`): a child's first call builds a runtime (and a pool) of its own and
+//!   redials; the parent's are never touched there.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use once_cell::sync::OnceCell;
 use tokio::runtime::Runtime;
 
 use crate::connection::{Error, ErrorKind};
+use crate::process::PerProcess;
 
-/// The runtime and the process that created it. A child made by `fork()` inherits the
-/// runtime's memory but shares its epoll instance and pooled sockets with the parent, so using
-/// them there would corrupt both: calls in such a child are refused.
+/// The runtime of this process, and its blocking calls in progress: while there is one, it
+/// drives the runtime and the housekeeper stays out of its way.
 struct LibraryRuntime {
     runtime: Runtime,
-    process: u32,
+    active_calls: AtomicUsize,
 }
 
-static RUNTIME: OnceCell<LibraryRuntime> = OnceCell::new();
+static RUNTIME: PerProcess<LibraryRuntime> = PerProcess::new();
 
-/// Set in a child process forked after the runtime was created (by a `pthread_atfork` handler),
-/// so the hot path checks a flag rather than asking the kernel for the process id.
-static FORKED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn mark_forked() {
-    FORKED.store(true, Ordering::Relaxed);
-}
-
-/// The library's runtime, created on first use.
+/// The library's runtime in this process, created on first use (in a forked child: the
+/// child's own).
 ///
 /// Errors: [`ErrorKind::Transient`] when the runtime cannot be started (the process is out of
-/// file descriptors or memory; a later call tries again); [`ErrorKind::InvalidArgument`] in a
-/// child process forked after the runtime started.
-pub(crate) fn runtime() -> Result<&'static Runtime, Error> {
-    let library = RUNTIME.get_or_try_init(|| {
-        // SAFETY: registers a handler that only stores to an atomic; allowed in a forked child.
-        unsafe { libc::pthread_atfork(None, None, Some(mark_forked)) };
-        let runtime = build()?;
-        start_housekeeper();
-        Ok::<_, Error>(LibraryRuntime {
-            runtime,
-            process: std::process::id(),
-        })
-    })?;
-    if FORKED.load(Ordering::Relaxed) {
-        return Err(Error::invalid_argument(format!(
-            "libwool was first used in process {} and this process was forked from it: the \
-             library's runtime and connections belong to the parent; use libwool in a child \
-             only if the parent had not used it yet",
-            library.process
-        )));
-    }
-    Ok(&library.runtime)
+/// file descriptors or memory; a later call tries again).
+fn library() -> Result<&'static LibraryRuntime, Error> {
+    RUNTIME.get_or_try_init(
+        || {
+            Ok(LibraryRuntime {
+                runtime: build()?,
+                active_calls: AtomicUsize::new(0),
+            })
+        },
+        |_| start_housekeeper(),
+    )
 }
 
 fn build() -> Result<Runtime, Error> {
@@ -88,10 +73,7 @@ fn build() -> Result<Runtime, Error> {
 
 /// The runtime, only if a call in this process has already created it.
 pub(crate) fn existing_runtime() -> Option<&'static Runtime> {
-    RUNTIME
-        .get()
-        .filter(|_| !FORKED.load(Ordering::Relaxed))
-        .map(|library| &library.runtime)
+    RUNTIME.get().map(|library| &library.runtime)
 }
 
 /// Runs `future` to completion on the library's runtime, blocking the calling thread until it
@@ -102,8 +84,9 @@ where
     F: Future + Send,
     F::Output: Send,
 {
-    let runtime = runtime()?;
-    let _active = ActiveCall::begin();
+    let library = library()?;
+    let runtime = &library.runtime;
+    let _active = ActiveCall::begin(&library.active_calls);
     if tokio::runtime::Handle::try_current().is_err() {
         return Ok(runtime.block_on(future));
     }
@@ -124,23 +107,19 @@ where
     })
 }
 
-/// Blocking calls in progress: while there is one, it drives the runtime and the housekeeper
-/// stays out of its way.
-static ACTIVE_CALLS: AtomicUsize = AtomicUsize::new(0);
-
 /// Counts one blocking call for as long as it lives (a panic included).
-struct ActiveCall;
+struct ActiveCall(&'static AtomicUsize);
 
 impl ActiveCall {
-    fn begin() -> Self {
-        ACTIVE_CALLS.fetch_add(1, Ordering::Relaxed);
-        ActiveCall
+    fn begin(calls: &'static AtomicUsize) -> Self {
+        calls.fetch_add(1, Ordering::Relaxed);
+        ActiveCall(calls)
     }
 }
 
 impl Drop for ActiveCall {
     fn drop(&mut self) {
-        ACTIVE_CALLS.fetch_sub(1, Ordering::Relaxed);
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -148,10 +127,11 @@ impl Drop for ActiveCall {
 const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Starts the housekeeper: a thread that, once a second while no call is driving the runtime,
-/// gives it a few turns. Between a host's calls that is what answers a worker's HTTP/2 PINGs,
-/// hangs up on a worker that sent GOAWAY (a stopping worker waits for its clients to leave),
-/// and evicts pool channels whose time is up. It costs one wake-up a second and no work on
-/// the calls' path. If the thread cannot be started the library still works, less tidily.
+/// gives it a few turns. Between a host's calls that is what sends keepalive PINGs and notices
+/// unanswered ones, answers a worker's PINGs, hangs up on a worker that sent GOAWAY (a stopping
+/// worker waits for its clients to leave), and evicts pool channels whose time is up. It costs
+/// one wake-up a second and no work on the calls' path. If the thread cannot be started the
+/// library still works, less tidily. A forked child starts its own with its own runtime.
 fn start_housekeeper() {
     let started = std::thread::Builder::new()
         .name("wool-housekeeping".into())
@@ -160,7 +140,7 @@ fn start_housekeeper() {
             let Some(library) = RUNTIME.get() else {
                 continue;
             };
-            if ACTIVE_CALLS.load(Ordering::Relaxed) == 0 && !FORKED.load(Ordering::Relaxed) {
+            if library.active_calls.load(Ordering::Relaxed) == 0 {
                 // Each yield lets the runtime poll its I/O driver and timers and run the tasks
                 // they wake (a connection task reading a GOAWAY, then closing).
                 library.runtime.block_on(async {

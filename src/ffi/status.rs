@@ -15,8 +15,8 @@ pub enum wool_status {
     /// The call succeeded.
     Ok = 0,
     /// The caller's mistake, detected before any I/O: NULL where not allowed, non-UTF-8 text,
-    /// a bad target, bad PEM, an unreadable file, or a bad number (timeout, grace); also a
-    /// blocking call in a child forked after the library was used (its threads are gone).
+    /// a bad target, bad PEM, an unreadable file, or a bad number (timeout, grace, a channel
+    /// option out of range).
     InvalidArgument = 1,
     /// The worker predates the idle RPC (gRPC UNIMPLEMENTED): not a health fault.
     IdleUnavailable = 2,

@@ -38,8 +38,7 @@ pub use crate::protocol::Grace;
 pub use routine::{Routine, RoutineFuture, RoutineRegistry};
 use service::{IdleFastPath, WorkerService, WorkerState};
 
-/// Wool's channel default for message sizes: 100 MiB each way.
-pub const MAX_MESSAGE_BYTES: usize = 100 * 1024 * 1024;
+pub use crate::protocol::MAX_MESSAGE_BYTES;
 
 /// Streams one client connection may have open at once. Generous, so that bursts of polls from
 /// clients that do not throttle themselves are served rather than refused.
@@ -194,17 +193,25 @@ impl Worker {
             listen: ListenAddress::Tcp("127.0.0.1:0".into()),
             credentials: None,
             routines: RoutineRegistry::default(),
+            keepalive_interval: Some(DEFAULT_KEEPALIVE),
+            keepalive_timeout: DEFAULT_KEEPALIVE,
         }
     }
 }
 
-/// Configures a worker: listen address, optional TLS, routines.
+/// Configures a worker: listen address, optional TLS, routines, keepalive.
 #[derive(Debug)]
 pub struct WorkerBuilder {
     listen: ListenAddress,
     credentials: Option<ServerCredentials>,
     routines: RoutineRegistry,
+    keepalive_interval: Option<Duration>,
+    keepalive_timeout: Duration,
 }
+
+/// The worker's keepalive by default: a PING every 30 s, 30 s to answer (Wool's worker pings its
+/// clients with these values too).
+const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(30);
 
 impl WorkerBuilder {
     /// Where to listen (default `127.0.0.1:0`).
@@ -225,6 +232,16 @@ impl WorkerBuilder {
         self
     }
 
+    /// HTTP/2 keepalive toward callers (default: a PING every 30 s, 30 s to answer; `interval`
+    /// `None` turns it off). A caller that stops answering — its process frozen, its link cut —
+    /// has its connection closed after `interval + timeout`, and the dispatches it had in flight
+    /// are cancelled, so they leave the in-flight set and the idle clock can run again.
+    pub fn keepalive(mut self, interval: Option<Duration>, timeout: Duration) -> Self {
+        self.keepalive_interval = interval;
+        self.keepalive_timeout = timeout;
+        self
+    }
+
     /// Uses `routines` as the worker's routine table, replacing any registered so far.
     pub fn routines(mut self, routines: RoutineRegistry) -> Self {
         self.routines = routines;
@@ -241,8 +258,8 @@ impl WorkerBuilder {
         let mut server = Server::builder()
             .tcp_nodelay(true)
             .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
-            .http2_keepalive_interval(Some(Duration::from_secs(30)))
-            .http2_keepalive_timeout(Some(Duration::from_secs(30)));
+            .http2_keepalive_interval(self.keepalive_interval)
+            .http2_keepalive_timeout(Some(self.keepalive_timeout));
         if let Some(credentials) = &self.credentials {
             credentials.check()?;
             server = server

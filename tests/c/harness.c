@@ -586,35 +586,104 @@ static int case_sigpipe(int argc, char **argv) {
 }
 
 /*
- * fork WORKER: a child forked after the library was used cannot use it (the runtime's threads
- * did not survive fork()): its calls are refused at once instead of waiting forever.
+ * fork WORKER STOP_WORKER: a child forked after the library was used (while another thread of
+ * the parent is in the middle of polling) uses it normally: the inherited handle and a new one
+ * poll, and the child retires STOP_WORKER. The parent's connection keeps working.
  */
+struct poller {
+    const wool_connection *conn;
+    volatile int running;
+    int polls;
+    int failures;
+};
+
+static void *poll_until_told(void *arg) {
+    struct poller *poller = arg;
+    while (poller->running) {
+        double seconds = -1.0;
+        if (wool_idle(poller->conn, 10.0, &seconds) != WOOL_STATUS_OK) poller->failures++;
+        poller->polls++;
+    }
+    return NULL;
+}
+
 static int case_fork(int argc, char **argv) {
-    CHECK(argc == 1);
+    CHECK(argc == 2);
     wool_connection *conn = connect_plaintext(argv[0]);
     double seconds = -1.0;
     CHECK_STATUS(wool_idle(conn, 5.0, &seconds), WOOL_STATUS_OK);
+    struct poller poller = {conn, 1, 0, 0};
+    pthread_t thread;
+    CHECK(pthread_create(&thread, NULL, poll_until_told, &poller) == 0);
+    while (poller.polls < 20) sleep_seconds(0.001); /* the thread is mid-poll at the fork */
     fflush(NULL);
     pid_t child = fork();
     CHECK(child >= 0);
     if (child == 0) {
-        alarm(10); /* a hang fails the check below as death by SIGALRM */
-        double untouched = 12345.0;
-        wool_status status = wool_idle(conn, 5.0, &untouched);
-        int ok = status == WOOL_STATUS_INVALID_ARGUMENT && untouched == 12345.0 &&
-                 strstr(last_error(), "fork") != NULL &&
-                 wool_stop(conn, 0.0, 5.0) == WOOL_STATUS_INVALID_ARGUMENT;
+        alarm(30); /* a hang fails the check below as death by SIGALRM */
+        double inherited = -1.0, fresh = -1.0;
+        wool_connection *own = NULL;
+        wool_connection *retiree = NULL;
+        int ok = wool_idle(conn, 5.0, &inherited) == WOOL_STATUS_OK && inherited >= 0.0 &&
+                 wool_connect(argv[0], NULL, &own) == WOOL_STATUS_OK &&
+                 wool_idle(own, 5.0, &fresh) == WOOL_STATUS_OK && fresh >= 0.0 &&
+                 wool_connect(argv[1], NULL, &retiree) == WOOL_STATUS_OK &&
+                 wool_stop(retiree, 0.0, 10.0) == WOOL_STATUS_OK;
         if (!ok) {
-            fprintf(stderr, "fork child: got %s\n", wool_status_name(status));
+            fprintf(stderr, "fork child: a call failed\n");
             print_last_error();
+        } else {
+            printf("fork: the child polled (inherited handle %.3f s, new handle %.3f s) and "
+                   "retired a worker\n", inherited, fresh);
         }
+        fflush(NULL);
         _exit(ok ? 0 : 1);
     }
     int child_status = 0;
     CHECK(waitpid(child, &child_status, 0) == child);
     CHECK(WIFEXITED(child_status) && WEXITSTATUS(child_status) == 0);
+    poller.running = 0;
+    CHECK(pthread_join(thread, NULL) == 0);
+    CHECK(poller.failures == 0);
     CHECK_STATUS(wool_idle(conn, 5.0, &seconds), WOOL_STATUS_OK); /* the parent is unaffected */
-    printf("fork: the child's calls were refused at once; the parent still polls\n");
+    printf("fork: the parent's thread polled %d times without a failure and the parent still "
+           "polls\n", poller.polls);
+    wool_free(conn);
+    return 0;
+}
+
+/*
+ * frozen WORKER PID: keepalive 1 s / 1 s; the worker is frozen (SIGSTOP) under a call with no
+ * deadline: the call ends TRANSIENT, naming keepalive; once thawed, the next call succeeds on
+ * a new connection.
+ */
+static int case_frozen(int argc, char **argv) {
+    CHECK(argc == 2);
+    pid_t worker = (pid_t)atol(argv[1]);
+    CHECK(worker > 0);
+    wool_channel_options *options = NULL;
+    CHECK_STATUS(wool_channel_options_new(&options), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_channel_options_set_keepalive_interval(options, 1.0), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_channel_options_set_keepalive_timeout(options, 1.0), WOOL_STATUS_OK);
+    wool_connection *conn = NULL;
+    CHECK_STATUS(wool_connect_with_options(argv[0], NULL, options, &conn), WOOL_STATUS_OK);
+    wool_channel_options_free(options); /* the handle keeps its own copy */
+    double seconds = -1.0;
+    CHECK_STATUS(wool_idle(conn, 5.0, &seconds), WOOL_STATUS_OK);
+    CHECK(kill(worker, SIGSTOP) == 0);
+    double untouched = 12345.0, started = now();
+    wool_status status = wool_idle(conn, INFINITY, &untouched);
+    double took = now() - started;
+    CHECK(kill(worker, SIGCONT) == 0);
+    CHECK_STATUS(status, WOOL_STATUS_TRANSIENT);
+    CHECK(wool_last_rpc_code() == 14); /* UNAVAILABLE */
+    CHECK(strstr(last_error(), "keepalive") != NULL);
+    CHECK(untouched == 12345.0);
+    CHECK(took < 30.0);
+    printf("frozen: wool_idle(INFINITY) gave WOOL_STATUS_TRANSIENT after %.3f s: %s\n", took,
+           last_error());
+    CHECK_STATUS(wool_idle(conn, 10.0, &seconds), WOOL_STATUS_OK);
+    printf("frozen: thawed, the next poll succeeded (idle %.3f s)\n", seconds);
     wool_free(conn);
     return 0;
 }
@@ -671,6 +740,7 @@ static const struct named_case cases[] = {
     {"plaintext-stop", case_plaintext_stop},
     {"sigpipe", case_sigpipe},
     {"fork", case_fork},
+    {"frozen", case_frozen},
     {"one-way", case_one_way},
     {"stop-grace", case_stop_grace},
 };

@@ -190,6 +190,22 @@ impl WorkerProcess {
     pub fn is_running(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()
     }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Freezes the process (SIGSTOP): its sockets stay open, nothing answers.
+    pub fn freeze(&self) {
+        // SAFETY: signalling our own child.
+        assert_eq!(unsafe { libc::kill(self.pid(), libc::SIGSTOP) }, 0);
+    }
+
+    /// Thaws a frozen process (SIGCONT).
+    pub fn thaw(&self) {
+        // SAFETY: signalling our own child.
+        assert_eq!(unsafe { libc::kill(self.pid(), libc::SIGCONT) }, 0);
+    }
 }
 
 impl Drop for WorkerProcess {
@@ -263,4 +279,33 @@ pub async fn serve_worker_double(reading: Option<f64>) -> (String, tokio::task::
             .await;
     });
     (address, task)
+}
+
+/// A TCP state as `/proc/net/tcp` numbers it.
+pub const TCP_ESTABLISHED: u8 = 0x01;
+pub const TCP_CLOSE_WAIT: u8 = 0x08;
+
+/// The IPv4 TCP sockets of this network namespace whose local port is `port`, as
+/// (remote port, state): the worker side of each connection to a worker listening on `port`.
+/// The kernel keeps these up to date even while the worker process is frozen, so they show
+/// what a client did to its connection (a client that closed it leaves `TCP_CLOSE_WAIT`).
+pub fn worker_side_sockets(port: u16) -> Vec<(u16, u8)> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let port_of =
+        |address: &str| u16::from_str_radix(address.rsplit(':').next().unwrap(), 16).unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (local, remote, state) = (fields[1], fields[2], fields[3]);
+            (port_of(local) == port && port_of(remote) != 0)
+                .then(|| (port_of(remote), u8::from_str_radix(state, 16).unwrap()))
+        })
+        .collect()
+}
+
+/// The port of a `host:port` address.
+pub fn port_of(address: &str) -> u16 {
+    address.rsplit(':').next().unwrap().parse().unwrap()
 }

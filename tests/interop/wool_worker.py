@@ -5,6 +5,7 @@ Usage (from a venv made by scripts/setup-venvs.sh; works with wool 0.15.7 and 0.
 
     python wool_worker.py [--tls-ca CA --tls-cert CERT --tls-key KEY [--one-way]]
                           [--host HOST] [--busy SECONDS] [--print-uds] [--ignore-stdin]
+                          [--ping-floor-ms MS]
 
 stdout protocol (one item per line, flushed at once):
 
@@ -174,7 +175,20 @@ async def main_async(args: argparse.Namespace) -> int:
     if not args.ignore_stdin and stdin_is_watchable():
         watch_stdin(loop, lambda: request_stop("stdin closed"))
 
-    worker = LocalWorker(host=args.host, credentials=credentials)
+    options = None
+    if args.ping_floor_ms is not None:
+        # Wool >= 0.14: the server's ping policy (grpc.http2.min_recv_ping_interval_without_data_ms,
+        # 2 strikes, then GOAWAY ENHANCE_YOUR_CALM), and the keepalive it advertises to match.
+        from wool.runtime.worker.base import ChannelOptions, WorkerOptions
+
+        options = WorkerOptions(
+            channel=ChannelOptions(keepalive_time_ms=args.ping_floor_ms),
+            http2_min_recv_ping_interval_without_data_ms=args.ping_floor_ms,
+        )
+    if options is None:
+        worker = LocalWorker(host=args.host, credentials=credentials)
+    else:
+        worker = LocalWorker(host=args.host, credentials=credentials, options=options)
     try:
         await worker.start(timeout=args.start_timeout)
     except BaseException as e:
@@ -265,6 +279,9 @@ def main() -> int:
     parser.add_argument("--start-timeout", type=float, default=60.0, metavar="S")
     parser.add_argument("--print-uds", action="store_true",
                         help="second line: 'uds unix:PATH', Wool's own insecure Unix socket")
+    parser.add_argument("--ping-floor-ms", type=int, default=None, metavar="MS",
+                        help="the worker's minimum interval between client pings without data "
+                             "(wool >= 0.14; Wool's default is 30000)")
     parser.add_argument("--ignore-stdin", action="store_true",
                         help="do not stop the worker when stdin closes")
     args = parser.parse_args()

@@ -22,6 +22,15 @@ WOOL_STATUS_RPC_ERROR           `RpcError`
 WOOL_STATUS_PANIC               `LibraryPanic` (a `RuntimeError`: a bug in libwool)
 ==============================  ===========================================================
 
+Channel settings (message size limits, HTTP/2 keepalive, concurrent streams, the connect
+timeout) are keyword arguments of `WorkerConnection`, as Wool's ``ChannelOptions``. With the
+default keepalive (a PING every 30 s, 30 s to answer) a call with no timeout to a worker that
+froze without closing its connection ends with `TransientRpcError` instead of hanging.
+
+After ``os.fork()`` (or ``multiprocessing`` with the ``"fork"`` start method) the child may use
+the connections it inherited and make new ones: libwool builds the child a runtime and pool of
+its own and redials, leaving the parent's untouched.
+
 The library is found by `load`: an explicit path, else ``$LIBWOOL_PATH``, else this
 repository's ``target/release`` then ``target/debug`` build.
 """
@@ -34,8 +43,10 @@ import math
 import numbers
 import os
 import threading
+import types
 import warnings
-from collections.abc import Iterator
+import weakref
+from collections.abc import Iterator, Mapping
 
 from . import _ffi
 from ._ffi import Library, LibraryNotFound, load
@@ -218,6 +229,52 @@ def _c_seconds(value: float | None, name: str, *, none_means: float | None) -> f
     return float(value)
 
 
+_C_TYPE_NAMES = {ctypes.c_size_t: "size_t", ctypes.c_uint32: "uint32_t"}
+
+
+def _c_unsigned(value: int, name: str, c_type: type[ctypes._SimpleCData]) -> int:
+    """An int for an unsigned C parameter (size_t, uint32_t).
+
+    ctypes would silently wrap a value the C type cannot hold (-1 becoming SIZE_MAX, 2**32 a
+    uint32_t 0), so such a value is refused here, naming the option as libwool would. Every
+    value the type can hold goes to libwool, which alone decides the option's range (0 and
+    too large ones included).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    value = int(value)
+    maximum = 2 ** (8 * ctypes.sizeof(c_type)) - 1
+    if value < 0:
+        raise ValueError(f"channel option {name} must not be negative, got {value}")
+    if value > maximum:
+        raise ValueError(
+            f"channel option {name} must be at most {maximum} "
+            f"(a C {_C_TYPE_NAMES[c_type]}), got {value}"
+        )
+    return value
+
+
+def _c_flag(value: bool, name: str) -> bool:
+    """A C bool: True or False only (not 0/1 or other truthy values)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, not {type(value).__name__}")
+    return value
+
+
+# The channel options, in the order they are applied: keyword (which is also the option's
+# name in libwool, the suffix of its wool_channel_options_set_* setter) -> conversion to C.
+_CHANNEL_OPTIONS = {
+    "max_receive_message_bytes": lambda v, n: _c_unsigned(v, n, ctypes.c_size_t),
+    "max_send_message_bytes": lambda v, n: _c_unsigned(v, n, ctypes.c_size_t),
+    "keepalive_interval": lambda v, n: _c_seconds(v, n, none_means=None),
+    "keepalive_timeout": lambda v, n: _c_seconds(v, n, none_means=None),
+    "keepalive_without_calls": _c_flag,
+    "max_pings_without_data": lambda v, n: _c_unsigned(v, n, ctypes.c_uint32),
+    "max_concurrent_streams": lambda v, n: _c_unsigned(v, n, ctypes.c_size_t),
+    "connect_timeout": lambda v, n: _c_seconds(v, n, none_means=None),
+}
+
+
 # ---------------------------------------------------------------- credentials
 
 
@@ -333,7 +390,7 @@ class WorkerConnection:
 
     Lazy: making one does no I/O, so a worker that cannot be reached shows up on the first
     `idle` or `stop` as `TransientRpcError`. Handles to the same target with equal
-    credentials share one pooled HTTP/2 channel inside libwool.
+    credentials and equal channel options share one pooled HTTP/2 channel inside libwool.
 
     Thread-safe: many threads may call `idle` (and `stop`) on one connection at once; each
     call blocks only its own thread. A blocked call cannot be interrupted (Ctrl-C is handled
@@ -345,14 +402,64 @@ class WorkerConnection:
         ``ipv4:address:port``, ``ipv6:[address]:port``, ``[v6address]:port`` or
         ``unix:path``.
     :param credentials: `WorkerCredentials` for a TLS worker; None = plaintext.
+
+    Channel options, keyword-only, as Wool's ``ChannelOptions`` (libwool's
+    ``wool_channel_options``). Each one left at None keeps Wool's default; the values are
+    passed to libwool as they are, and libwool alone decides which are valid:
+
+    :param max_receive_message_bytes: the largest message received, in bytes (Wool's
+        ``max_receive_message_length``; default 100 MiB; 1 to 4294967295). A larger answer
+        fails its call: `TransientRpcError` RESOURCE_EXHAUSTED by wool.h's contract (the
+        library currently raises `RpcError` OUT_OF_RANGE instead).
+    :param max_send_message_bytes: the largest message sent, in bytes (Wool's
+        ``max_send_message_length``; default 100 MiB; 1 to 4294967295).
+    :param keepalive_interval: seconds (a float) from one answered HTTP/2 keepalive PING to
+        the next (Wool's ``keepalive_time_ms``, in seconds here; default 30.0; at least
+        0.001). ``math.inf`` turns keepalive off: a call with no `timeout` to a worker that
+        froze without closing its connection then blocks for ever.
+    :param keepalive_timeout: seconds a keepalive PING may go unanswered before the
+        connection is declared dead (Wool's ``keepalive_timeout_ms``, in seconds here;
+        default 30.0; at least 0.001, finite). Its calls, even ones with no `timeout`, then
+        raise `TransientRpcError` (UNAVAILABLE, saying the worker stopped answering keepalive
+        pings), about `keepalive_interval` + `keepalive_timeout` after the worker froze; the
+        next call dials anew.
+    :param keepalive_without_calls: True or False: whether keepalive PINGs also go out while
+        no call is open, so that a pooled connection to a frozen worker is noticed and
+        dropped between polls (Wool's ``keepalive_permit_without_calls``; default True).
+    :param max_pings_without_data: the most keepalive PINGs sent with no call started in
+        between (Wool's ``max_pings_without_data``; default 2); 0 = no limit.
+    :param max_concurrent_streams: the most calls open on the channel at once (Wool's
+        ``max_concurrent_streams``; default 100; 1 to 2147483647); more wait their turn.
+    :param connect_timeout: seconds (a float) allowed for establishing a connection: TCP,
+        TLS and HTTP/2 handshakes (libwool's own; Wool has no such option; default 20.0; at
+        least 0.001). ``math.inf`` = none: only the call's `timeout` bounds it.
+
     :raises ValueError: libwool's message for a bad target (empty, no port, port out of
-        range, unknown scheme, not UTF-8), or a NUL in it.
-    :raises TypeError: `target` is not a str, or `credentials` not `WorkerCredentials`.
+        range, unknown scheme, not UTF-8), or a NUL in it; for a refused channel option
+        (0, negative, NaN, out of range), a message naming the option, e.g.
+        ``"wool_channel_options_set_keepalive_timeout: channel option keepalive_timeout
+        must be ..."``.
+    :raises TypeError: `target` is not a str, `credentials` not `WorkerCredentials`, or a
+        channel option of the wrong type (seconds must be int or float, counts and sizes
+        int, `keepalive_without_calls` a bool); the message names the option.
     """
 
     _handle = None  # so that __del__ is safe when __init__ failed early
 
-    def __init__(self, target: str, credentials: WorkerCredentials | None = None):
+    def __init__(
+        self,
+        target: str,
+        credentials: WorkerCredentials | None = None,
+        *,
+        max_receive_message_bytes: int | None = None,
+        max_send_message_bytes: int | None = None,
+        keepalive_interval: float | None = None,
+        keepalive_timeout: float | None = None,
+        keepalive_without_calls: bool | None = None,
+        max_pings_without_data: int | None = None,
+        max_concurrent_streams: int | None = None,
+        connect_timeout: float | None = None,
+    ):
         if not isinstance(target, str):
             raise TypeError(f"target must be str, not {type(target).__name__}")
         if credentials is not None and not isinstance(credentials, WorkerCredentials):
@@ -360,22 +467,54 @@ class WorkerConnection:
                 "credentials must be WorkerCredentials or None, "
                 f"not {type(credentials).__name__}"
             )
+        given = {
+            "max_receive_message_bytes": max_receive_message_bytes,
+            "max_send_message_bytes": max_send_message_bytes,
+            "keepalive_interval": keepalive_interval,
+            "keepalive_timeout": keepalive_timeout,
+            "keepalive_without_calls": keepalive_without_calls,
+            "max_pings_without_data": max_pings_without_data,
+            "max_concurrent_streams": max_concurrent_streams,
+            "connect_timeout": connect_timeout,
+        }
+        # Every conversion before anything is allocated: a TypeError leaks nothing.
+        options = {
+            name: convert(given[name], name)
+            for name, convert in _CHANNEL_OPTIONS.items()
+            if given[name] is not None
+        }
+        c_target = _c_text(target, "target")
         # Handles must be used with the library that made them.
         library = credentials._library if credentials is not None else _ffi.default()
+        c_credentials = credentials._handle if credentials is not None else None
         handle = _ffi.ConnectionPtr()
-        status = library.wool_connect(
-            _c_text(target, "target"),
-            credentials._handle if credentials is not None else None,
-            ctypes.byref(handle),
-        )
-        _check(library, status)
+        if not options:
+            _check(library, library.wool_connect(c_target, c_credentials, ctypes.byref(handle)))
+        else:
+            c_options = _ffi.ChannelOptionsPtr()
+            _check(library, library.wool_channel_options_new(ctypes.byref(c_options)))
+            try:
+                for name, value in options.items():
+                    setter = getattr(library, f"wool_channel_options_set_{name}")
+                    _check(library, setter(c_options, value))
+                _check(
+                    library,
+                    library.wool_connect_with_options(
+                        c_target, c_credentials, c_options, ctypes.byref(handle)
+                    ),
+                )
+            finally:
+                library.wool_channel_options_free(c_options)  # the connection has a copy
         self._library = library
         self._lock = threading.Lock()
         self._calls = 0  # calls in flight: the handle is freed only when none is
         self._closed = False
         self.target = target
         self.secure = credentials is not None
+        #: The channel options given (as passed to libwool); the others are Wool's defaults.
+        self.channel_options: Mapping[str, object] = types.MappingProxyType(options)
         self._handle = handle
+        _live_connections.add(self)
 
     def idle(self, timeout: float | None = None) -> float:
         """Seconds the worker has been continuously idle; exactly 0.0 while any task is in
@@ -477,6 +616,29 @@ class WorkerConnection:
             return None
         handle, self._handle = self._handle, None
         return handle
+
+
+# Every open WorkerConnection, for the fork handler below.
+_live_connections: weakref.WeakSet[WorkerConnection] = weakref.WeakSet()
+
+
+def _reset_connections_after_fork() -> None:
+    """In a forked child: only the forking thread exists, so no call is in flight, whatever
+    the parent's threads were doing. A connection's lock may have been held by one of them at
+    the fork, and would then never be released: give each connection a fresh one. (libwool
+    itself makes the child a runtime and pool of its own.)"""
+    for conn in list(_live_connections):
+        conn._lock = threading.Lock()
+        conn._calls = 0
+        if conn._closed:
+            # Closed by the parent while a call was in flight: that call is not in this
+            # process, so nobody would release the child's copy; drop it silently (it is
+            # only memory, reclaimed when the child exits).
+            conn._handle = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_connections_after_fork)
 
 
 def version() -> str:

@@ -37,8 +37,13 @@ class wool_credentials(ctypes.Structure):
     """Opaque `wool_credentials`; only pointers to it exist."""
 
 
+class wool_channel_options(ctypes.Structure):
+    """Opaque `wool_channel_options`; only pointers to it exist."""
+
+
 ConnectionPtr = ctypes.POINTER(wool_connection)
 CredentialsPtr = ctypes.POINTER(wool_credentials)
+ChannelOptionsPtr = ctypes.POINTER(wool_channel_options)
 
 _c_double_p = ctypes.POINTER(ctypes.c_double)
 _wool_status = ctypes.c_int  # a C enum: int-sized
@@ -79,6 +84,44 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "wool_last_error": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_size_t]),
     "wool_last_rpc_code": (ctypes.c_int32, []),
     "wool_status_name": (ctypes.c_char_p, [_wool_status]),
+    "wool_channel_options_new": (_wool_status, [ctypes.POINTER(ChannelOptionsPtr)]),
+    "wool_channel_options_free": (None, [ChannelOptionsPtr]),
+    "wool_channel_options_set_max_receive_message_bytes": (
+        _wool_status,
+        [ChannelOptionsPtr, ctypes.c_size_t],
+    ),
+    "wool_channel_options_set_max_send_message_bytes": (
+        _wool_status,
+        [ChannelOptionsPtr, ctypes.c_size_t],
+    ),
+    "wool_channel_options_set_keepalive_interval": (
+        _wool_status,
+        [ChannelOptionsPtr, ctypes.c_double],
+    ),
+    "wool_channel_options_set_keepalive_timeout": (
+        _wool_status,
+        [ChannelOptionsPtr, ctypes.c_double],
+    ),
+    "wool_channel_options_set_keepalive_without_calls": (
+        _wool_status,
+        [ChannelOptionsPtr, ctypes.c_bool],
+    ),
+    "wool_channel_options_set_max_pings_without_data": (
+        _wool_status,
+        [ChannelOptionsPtr, ctypes.c_uint32],
+    ),
+    "wool_channel_options_set_max_concurrent_streams": (
+        _wool_status,
+        [ChannelOptionsPtr, ctypes.c_size_t],
+    ),
+    "wool_channel_options_set_connect_timeout": (
+        _wool_status,
+        [ChannelOptionsPtr, ctypes.c_double],
+    ),
+    "wool_connect_with_options": (
+        _wool_status,
+        [ctypes.c_char_p, CredentialsPtr, ChannelOptionsPtr, ctypes.POINTER(ConnectionPtr)],
+    ),
 }
 
 
@@ -151,6 +194,16 @@ def repo_candidates() -> list[Path]:
 _lock = threading.Lock()
 _loaded: dict[str, Library] = {}  # by real path: loading twice gives the same Library
 _default: Library | None = None
+
+
+def _reset_lock_after_fork() -> None:
+    # A child forked while another thread held the lock would wait for it for ever.
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_lock_after_fork)
 
 
 def _open(path: str) -> Library:

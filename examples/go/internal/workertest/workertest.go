@@ -19,6 +19,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -155,6 +156,25 @@ func (p *Process) WaitExit(timeout time.Duration) (code int, exited bool) {
 		return p.cmd.ProcessState.ExitCode(), true
 	case <-time.After(timeout):
 		return 0, false
+	}
+}
+
+// Freeze suspends the process with SIGSTOP: its sockets stay open but it answers nothing, not
+// even HTTP/2 PINGs. The test's cleanup resumes it (before stopping it), even when the test
+// fails.
+func (p *Process) Freeze(t testing.TB) {
+	t.Helper()
+	t.Cleanup(func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) })
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP %s: %v", filepath.Base(p.cmd.Path), err)
+	}
+}
+
+// Thaw resumes a process suspended by Freeze (SIGCONT).
+func (p *Process) Thaw(t testing.TB) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("SIGCONT %s: %v", filepath.Base(p.cmd.Path), err)
 	}
 }
 

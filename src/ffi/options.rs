@@ -1,0 +1,316 @@
+//! `wool_channel_options`: channel settings as Wool's `ChannelOptions`, and
+//! `wool_connect_with_options`.
+//!
+//! Each setter checks its value and changes nothing when it is refused, so an options object is
+//! always valid: a refused value leaves the previous one (a default, or what was set before).
+
+use std::ffi::c_char;
+use std::time::Duration;
+
+use super::connection::wool_connection;
+use super::credentials::wool_credentials;
+use super::{ffi_panic_boundary, free_boxed, set_boxed, try_mut, wool_status};
+use crate::connection::{ChannelOptions, Error};
+
+/// Channel settings for wool_connect_with_options, as Wool's ChannelOptions. Opaque; made by
+/// wool_channel_options_new with Wool's defaults, released by wool_channel_options_free. A
+/// connection copies them, so they may be freed or changed right after. Connections share a
+/// pooled channel only when their options are equal. Not for use by several threads at once
+/// while being changed.
+#[allow(non_camel_case_types)]
+pub struct wool_channel_options {
+    pub(crate) inner: ChannelOptions,
+}
+
+/// Makes channel options holding Wool's defaults: 100 MiB message limits each way, keepalive
+/// PINGs every 30 s with 30 s to answer, also while no call is open, at most 2 PINGs without a
+/// call in between, 100 concurrent streams, a 20 s connect timeout.
+///
+/// Returns WOOL_STATUS_INVALID_ARGUMENT when `out` is NULL.
+///
+/// # Safety
+/// `out` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn wool_channel_options_new(
+    out: *mut *mut wool_channel_options,
+) -> wool_status {
+    ffi_panic_boundary!("wool_channel_options_new", {
+        // SAFETY: the caller's contract above.
+        let out = unsafe { try_mut(out, "out") }?;
+        set_boxed(
+            out,
+            wool_channel_options {
+                inner: ChannelOptions::default(),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Releases channel options. NULL is a no-op.
+///
+/// # Safety
+/// `options` must be NULL or from wool_channel_options_new and not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn wool_channel_options_free(options: *mut wool_channel_options) {
+    ffi_panic_boundary!("wool_channel_options_free", {
+        // SAFETY: the caller's contract above.
+        unsafe { free_boxed(options) }
+    })
+}
+
+/// Applies `change` to a copy of the options, checks the copy, and keeps it only if valid.
+///
+/// # Safety
+/// `options` must be NULL or a live wool_channel_options used by no other thread.
+unsafe fn change(
+    options: *mut wool_channel_options,
+    change: impl FnOnce(&mut ChannelOptions) -> Result<(), Error>,
+) -> Result<(), Error> {
+    // SAFETY: the caller's contract.
+    let options = unsafe { try_mut(options, "options") }?;
+    let mut changed = options.inner.clone();
+    change(&mut changed)?;
+    changed.validate()?;
+    options.inner = changed;
+    Ok(())
+}
+
+/// Seconds as a duration: positive finite = that long, INFINITY = `None` when `infinity_means`
+/// says what it means; 0, negative and NaN are refused naming `option`.
+fn seconds(
+    option: &str,
+    value: f64,
+    infinity_means: Option<&str>,
+) -> Result<Option<Duration>, Error> {
+    if value == f64::INFINITY {
+        if infinity_means.is_some() {
+            return Ok(None);
+        }
+    } else if value > 0.0 {
+        if let Ok(duration) = Duration::try_from_secs_f64(value) {
+            return Ok(Some(duration));
+        }
+    }
+    let infinity = infinity_means.map_or(String::new(), |meaning| {
+        format!(", or INFINITY for {meaning}")
+    });
+    Err(Error::invalid_argument(format!(
+        "channel option {option} must be positive finite seconds{infinity}, got {value}"
+    )))
+}
+
+/// Sets the largest message received, in bytes (Wool's max_receive_message_length; default
+/// 100 MiB). 1 to 4294967295; a larger answer fails its call with WOOL_STATUS_TRANSIENT
+/// (gRPC RESOURCE_EXHAUSTED).
+///
+/// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options` or a value out of range.
+///
+/// # Safety
+/// `options` must be NULL or a live wool_channel_options used by no other thread.
+#[no_mangle]
+pub unsafe extern "C" fn wool_channel_options_set_max_receive_message_bytes(
+    options: *mut wool_channel_options,
+    bytes: usize,
+) -> wool_status {
+    ffi_panic_boundary!("wool_channel_options_set_max_receive_message_bytes", {
+        // SAFETY: the caller's contract above.
+        unsafe {
+            change(options, |o| {
+                o.max_receive_message_bytes = bytes;
+                Ok(())
+            })
+        }
+    })
+}
+
+/// Sets the largest message sent, in bytes (Wool's max_send_message_length; default 100 MiB).
+/// 1 to 4294967295.
+///
+/// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options` or a value out of range.
+///
+/// # Safety
+/// `options` must be NULL or a live wool_channel_options used by no other thread.
+#[no_mangle]
+pub unsafe extern "C" fn wool_channel_options_set_max_send_message_bytes(
+    options: *mut wool_channel_options,
+    bytes: usize,
+) -> wool_status {
+    ffi_panic_boundary!("wool_channel_options_set_max_send_message_bytes", {
+        // SAFETY: the caller's contract above.
+        unsafe {
+            change(options, |o| {
+                o.max_send_message_bytes = bytes;
+                Ok(())
+            })
+        }
+    })
+}
+
+/// Sets how long after the previous keepalive PING was answered the next one goes out (Wool's
+/// keepalive_time_ms; default 30 s). At least 0.001; INFINITY turns keepalive off (a call with
+/// no deadline to a frozen worker then blocks for ever).
+///
+/// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`, 0, negative, NaN or below 1 ms.
+///
+/// # Safety
+/// `options` must be NULL or a live wool_channel_options used by no other thread.
+#[no_mangle]
+pub unsafe extern "C" fn wool_channel_options_set_keepalive_interval(
+    options: *mut wool_channel_options,
+    seconds_between_pings: f64,
+) -> wool_status {
+    ffi_panic_boundary!("wool_channel_options_set_keepalive_interval", {
+        // SAFETY: the caller's contract above.
+        unsafe {
+            change(options, |o| {
+                o.keepalive_interval = seconds(
+                    "keepalive_interval",
+                    seconds_between_pings,
+                    Some("no keepalive"),
+                )?;
+                Ok(())
+            })
+        }
+    })
+}
+
+/// Sets how long a keepalive PING may go unanswered before the connection is declared dead
+/// (Wool's keepalive_timeout_ms; default 30 s): its calls, including ones with no deadline,
+/// then end with WOOL_STATUS_TRANSIENT. At least 0.001, finite.
+///
+/// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`, 0, negative, NaN, INFINITY or
+/// below 1 ms.
+///
+/// # Safety
+/// `options` must be NULL or a live wool_channel_options used by no other thread.
+#[no_mangle]
+pub unsafe extern "C" fn wool_channel_options_set_keepalive_timeout(
+    options: *mut wool_channel_options,
+    seconds_to_answer: f64,
+) -> wool_status {
+    ffi_panic_boundary!("wool_channel_options_set_keepalive_timeout", {
+        // SAFETY: the caller's contract above.
+        unsafe {
+            change(options, |o| {
+                o.keepalive_timeout = seconds("keepalive_timeout", seconds_to_answer, None)?
+                    .expect("finite seconds give a duration");
+                Ok(())
+            })
+        }
+    })
+}
+
+/// Sets whether keepalive PINGs go out while no call is open (Wool's
+/// keepalive_permit_without_calls; default true).
+///
+/// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`.
+///
+/// # Safety
+/// `options` must be NULL or a live wool_channel_options used by no other thread.
+#[no_mangle]
+pub unsafe extern "C" fn wool_channel_options_set_keepalive_without_calls(
+    options: *mut wool_channel_options,
+    permit: bool,
+) -> wool_status {
+    ffi_panic_boundary!("wool_channel_options_set_keepalive_without_calls", {
+        // SAFETY: the caller's contract above.
+        unsafe {
+            change(options, |o| {
+                o.keepalive_without_calls = permit;
+                Ok(())
+            })
+        }
+    })
+}
+
+/// Sets the most keepalive PINGs sent with no call started in between (Wool's
+/// max_pings_without_data; default 2); 0 = no limit.
+///
+/// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`.
+///
+/// # Safety
+/// `options` must be NULL or a live wool_channel_options used by no other thread.
+#[no_mangle]
+pub unsafe extern "C" fn wool_channel_options_set_max_pings_without_data(
+    options: *mut wool_channel_options,
+    pings: u32,
+) -> wool_status {
+    ffi_panic_boundary!("wool_channel_options_set_max_pings_without_data", {
+        // SAFETY: the caller's contract above.
+        unsafe {
+            change(options, |o| {
+                o.max_pings_without_data = pings;
+                Ok(())
+            })
+        }
+    })
+}
+
+/// Sets the most calls opening streams on the channel at once (Wool's max_concurrent_streams;
+/// default 100), 1 to 2147483647. More calls wait their turn rather than fail.
+///
+/// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options` or a value out of range.
+///
+/// # Safety
+/// `options` must be NULL or a live wool_channel_options used by no other thread.
+#[no_mangle]
+pub unsafe extern "C" fn wool_channel_options_set_max_concurrent_streams(
+    options: *mut wool_channel_options,
+    streams: usize,
+) -> wool_status {
+    ffi_panic_boundary!("wool_channel_options_set_max_concurrent_streams", {
+        // SAFETY: the caller's contract above.
+        unsafe {
+            change(options, |o| {
+                o.max_concurrent_streams = streams;
+                Ok(())
+            })
+        }
+    })
+}
+
+/// Sets the limit on establishing a connection (TCP, TLS and HTTP/2 handshakes; default 20 s).
+/// At least 0.001; INFINITY = only the call's deadline.
+///
+/// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`, 0, negative, NaN or below 1 ms.
+///
+/// # Safety
+/// `options` must be NULL or a live wool_channel_options used by no other thread.
+#[no_mangle]
+pub unsafe extern "C" fn wool_channel_options_set_connect_timeout(
+    options: *mut wool_channel_options,
+    seconds_to_connect: f64,
+) -> wool_status {
+    ffi_panic_boundary!("wool_channel_options_set_connect_timeout", {
+        // SAFETY: the caller's contract above.
+        unsafe {
+            change(options, |o| {
+                o.connect_timeout =
+                    seconds("connect_timeout", seconds_to_connect, Some("no limit"))?;
+                Ok(())
+            })
+        }
+    })
+}
+
+/// As wool_connect, with channel options (copied; NULL = Wool's defaults, as wool_connect).
+///
+/// Returns WOOL_STATUS_INVALID_ARGUMENT as wool_connect does.
+///
+/// # Safety
+/// As wool_connect; `options` must be NULL or a live wool_channel_options.
+#[no_mangle]
+pub unsafe extern "C" fn wool_connect_with_options(
+    target: *const c_char,
+    credentials: *const wool_credentials,
+    options: *const wool_channel_options,
+    out: *mut *mut wool_connection,
+) -> wool_status {
+    ffi_panic_boundary!("wool_connect_with_options", {
+        // SAFETY: the caller's contract above.
+        let options = unsafe { options.as_ref() }.map(|o| o.inner.clone());
+        // SAFETY: the caller's contract above.
+        unsafe { super::connection::connect(target, credentials, options, out) }
+    })
+}
