@@ -599,3 +599,109 @@ fn given_credentials_rustls_would_refuse_then_invalid_argument_at_creation() {
     .unwrap_err();
     assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{error}");
 }
+
+// ---- error kinds come from types, never from words in the target or message ---------------
+
+/// Words Wool's text rule takes for TLS evidence.
+const TLS_WORDS: &str = "ssl-tls-handshake-certificate-x509-alpn";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_vanished_worker_whose_target_holds_tls_words_then_transient_not_handshake() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls_dir = dir.path().join("tls").join(TLS_WORDS);
+    std::fs::create_dir_all(&tls_dir).unwrap();
+    // A Unix socket path that has nobody behind it, and one that is not there at all.
+    let gone = tls_dir.join("worker.sock");
+    drop(std::os::unix::net::UnixListener::bind(&gone).unwrap());
+    let missing = tls_dir.join("never-was.sock");
+    for path in [&gone, &missing] {
+        let conn = WorkerConnection::new(&format!("unix:{}", path.display())).unwrap();
+        let error = conn.idle(SECOND).await.unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Transient, "{error}");
+        assert_eq!(error.code(), Some(tonic::Code::Unavailable));
+        assert!(
+            error.message().contains(TLS_WORDS),
+            "names the target: {error}"
+        );
+    }
+    // A host name with the words that does not resolve.
+    let conn = WorkerConnection::new(&format!("{TLS_WORDS}.invalid:50051")).unwrap();
+    let error = conn.idle(Some(Duration::from_secs(30))).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Transient, "{error}");
+    assert!(
+        error.message().contains(TLS_WORDS),
+        "names the target: {error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_worker_certificate_that_fails_verification_then_handshake() {
+    let pki = Pki::generate();
+    let worker = tls_worker(pki.server_mutual()).await;
+    // Verified against a name the certificate does not carry.
+    let credentials = WorkerCredentials::from_pem(
+        pki.ca_pem.as_bytes(),
+        Some(pki.leaf.key_pem.as_bytes()),
+        Some(pki.leaf.cert_pem.as_bytes()),
+        true,
+        Some("not-the-worker.example"),
+    )
+    .unwrap();
+    let conn = WorkerConnection::with_credentials(worker.address(), Some(credentials)).unwrap();
+    let error = conn.idle(SECOND).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Handshake, "{error}");
+    assert!(error.message().contains("certificate"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_plaintext_client_and_a_tls_worker_then_handshake_at_once_naming_the_mismatch() {
+    let pki = Pki::generate();
+    let one_way = ServerCredentials::one_way(pki.leaf.cert_pem.clone(), pki.leaf.key_pem.clone());
+    for credentials in [pki.server_mutual(), one_way] {
+        let worker = tls_worker(credentials).await;
+        let conn = WorkerConnection::new(worker.address()).unwrap();
+        let started = Instant::now();
+        let error = conn.idle(Some(Duration::from_secs(20))).await.unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Handshake, "{error}");
+        assert!(error.message().contains("TLS mismatch"), "{error}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "promptly: {error}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_tls_client_and_a_plaintext_worker_then_handshake_at_once_naming_the_mismatch() {
+    let pki = Pki::generate();
+    let worker = reference_worker().await;
+    let credentials = pki.client_mutual(&pki.ca_pem, &pki.leaf);
+    let conn = WorkerConnection::with_credentials(worker.address(), Some(credentials)).unwrap();
+    let started = Instant::now();
+    let error = conn.idle(Some(Duration::from_secs(20))).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Handshake, "{error}");
+    assert!(error.message().contains("plaintext"), "{error}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "promptly: {error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_an_answer_over_the_receive_limit_then_transient_resource_exhausted() {
+    let worker = reference_worker().await;
+    let mut options = wool::connection::ChannelOptions::default();
+    options.max_receive_message_bytes = 4; // an Idle message is 9 bytes
+    let conn = WorkerConnection::with_options(worker.address(), None, options).unwrap();
+    let error = conn.idle(SECOND).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Transient, "{error}");
+    assert_eq!(
+        error.code(),
+        Some(tonic::Code::ResourceExhausted),
+        "{error}"
+    );
+    assert!(
+        error.message().contains("max_receive_message_bytes"),
+        "{error}"
+    );
+}

@@ -421,3 +421,91 @@ fn given_our_worker_on_a_unix_socket_then_grpcio_our_client_and_c_api_all_reach_
     );
     assert_eq!(worker.wait_exit(Duration::from_secs(10)), Some(0));
 }
+
+/// Given a Wool 0.15.7 worker whose ping policy is one PING a second at most (its
+/// `http2_min_recv_ping_interval_without_data_ms`; 2 strikes, then GOAWAY ENHANCE_YOUR_CALM),
+/// when our client keeps an idle connection alive with PINGs spaced to that floor and Wool's
+/// limit of 2 PINGs without data (our default), then the worker never closes it: the same TCP
+/// connection serves polls over two idle stretches. The control — the same spacing with no
+/// limit on PINGs without data — is cut off by that worker (grpcio counts PINGs on a
+/// connection with no call as strikes), redials and still polls.
+#[test]
+fn given_wools_ping_policy_then_our_keepalive_never_gets_the_connection_closed() {
+    use common::{port_of, worker_side_sockets, TCP_ESTABLISHED};
+    let worker = WoolWorker::spawn("0.15.7", &["--ping-floor-ms".into(), "1000".into()]);
+    let port = port_of(&worker.address);
+    let established = || -> Vec<u16> {
+        worker_side_sockets(port)
+            .into_iter()
+            .filter(|(_, state)| *state == TCP_ESTABLISHED)
+            .map(|(remote, _)| remote)
+            .collect()
+    };
+    let keepalive = |max_pings_without_data: u32| {
+        let mut options = wool::connection::ChannelOptions::default();
+        // A margin over the 1 s floor for scheduling.
+        options.keepalive_interval = Some(Duration::from_millis(1250));
+        options.keepalive_timeout = Duration::from_secs(5);
+        options.max_pings_without_data = max_pings_without_data;
+        options
+    };
+    let runtime = runtime();
+    let polite = runtime.block_on(async {
+        let conn = WorkerConnection::with_options(&worker.address, None, keepalive(2)).unwrap();
+        conn.idle(TIMEOUT).await.unwrap();
+        let mut seen = vec![established()];
+        for _ in 0..2 {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            conn.idle(TIMEOUT).await.unwrap();
+            seen.push(established());
+        }
+        seen
+    });
+    assert_eq!(polite[0].len(), 1, "one connection: {polite:?}");
+    assert!(
+        polite.iter().all(|ports| *ports == polite[0]),
+        "the worker kept the connection: {polite:?}"
+    );
+    let rude = runtime.block_on(async {
+        let conn = WorkerConnection::with_options(&worker.address, None, keepalive(0)).unwrap();
+        conn.idle(TIMEOUT).await.unwrap();
+        let first: Vec<u16> = established()
+            .into_iter()
+            .filter(|p| !polite[0].contains(p))
+            .collect();
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        let reading = conn.idle(TIMEOUT).await;
+        (first, established(), reading.is_ok())
+    });
+    assert_eq!(rude.0.len(), 1, "{rude:?}");
+    assert!(
+        !rude.1.contains(&rude.0[0]),
+        "the control's connection should have been closed by the worker: {rude:?}"
+    );
+    assert!(rude.2, "the control redials and polls");
+}
+
+/// Given a Wool 0.15.7 worker, when our client dispatches a task, then Wool accepts the task's
+/// id (a UUID, as Wool's worker parses it) and refuses the task for what it is — a Rust
+/// routine name, not a cloudpickled callable — never for its id.
+#[test]
+fn given_wools_worker_when_we_dispatch_then_the_task_id_is_accepted_as_a_uuid() {
+    let worker = WoolWorker::spawn("0.15.7", &[]);
+    let error = runtime().block_on(async {
+        let conn = WorkerConnection::new(&worker.address).unwrap();
+        conn.dispatch("echo", b"hello".to_vec(), TIMEOUT)
+            .await
+            .unwrap_err()
+    });
+    eprintln!("Wool's answer to our task: {error}");
+    assert_eq!(error.kind(), ErrorKind::Routine, "{error}");
+    let message = error.message().to_ascii_lowercase();
+    assert!(
+        !message.contains("uuid") && !message.contains("hexadecimal"),
+        "{error}"
+    );
+    assert!(
+        message.contains("pickl"),
+        "refused for the callable: {error}"
+    );
+}

@@ -285,22 +285,27 @@ pub async fn serve_worker_double(reading: Option<f64>) -> (String, tokio::task::
 pub const TCP_ESTABLISHED: u8 = 0x01;
 pub const TCP_CLOSE_WAIT: u8 = 0x08;
 
-/// The IPv4 TCP sockets of this network namespace whose local port is `port`, as
+/// The TCP sockets (IPv4 and IPv6) of this network namespace whose local port is `port`, as
 /// (remote port, state): the worker side of each connection to a worker listening on `port`.
 /// The kernel keeps these up to date even while the worker process is frozen, so they show
 /// what a client did to its connection (a client that closed it leaves `TCP_CLOSE_WAIT`).
 pub fn worker_side_sockets(port: u16) -> Vec<(u16, u8)> {
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
     let port_of =
         |address: &str| u16::from_str_radix(address.rsplit(':').next().unwrap(), 16).unwrap();
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (local, remote, state) = (fields[1], fields[2], fields[3]);
-            (port_of(local) == port && port_of(remote) != 0)
-                .then(|| (port_of(remote), u8::from_str_radix(state, 16).unwrap()))
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    let (local, remote, state) = (fields[1], fields[2], fields[3]);
+                    (port_of(local) == port && port_of(remote) != 0)
+                        .then(|| (port_of(remote), u8::from_str_radix(state, 16).unwrap()))
+                })
+                .collect::<Vec<_>>()
         })
         .collect()
 }
