@@ -542,6 +542,16 @@ fn a_forked_child_polls_and_stops_while_the_parent_keeps_working() {
     );
 }
 
+/// Given channel options, when C passes each bad value (NULL options, 0, negative, NaN, -inf,
+/// below 1 ms, an infinite keepalive timeout, sizes 0 and SIZE_MAX), then each setter refuses it
+/// with WOOL_STATUS_INVALID_ARGUMENT naming the option; good values are taken, and a connection
+/// made with them (and one with NULL options) polls.
+#[test]
+fn channel_options_refuse_bad_values_naming_the_option() {
+    let worker = WorkerProcess::plaintext();
+    run_case("options", &[&worker.address]);
+}
+
 /// Given a worker frozen (SIGSTOP) under a wool_idle with no deadline on a connection with
 /// keepalive 1 s / 1 s, then the call ends WOOL_STATUS_TRANSIENT naming keepalive (instead of
 /// blocking for ever), and after the worker is thawed the next call succeeds.

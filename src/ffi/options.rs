@@ -314,3 +314,38 @@ pub unsafe extern "C" fn wool_connect_with_options(
         unsafe { super::connection::connect(target, credentials, options, out) }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_value_leaves_the_options_as_they_were() {
+        let mut options = std::ptr::null_mut();
+        // SAFETY: valid pointers; freed once at the end.
+        unsafe {
+            assert_eq!(wool_channel_options_new(&mut options), wool_status::Ok);
+            assert_eq!(
+                wool_channel_options_set_keepalive_interval(options, 2.5),
+                wool_status::Ok
+            );
+            assert_eq!(
+                wool_channel_options_set_keepalive_interval(options, f64::NAN),
+                wool_status::InvalidArgument
+            );
+            assert_eq!(
+                wool_channel_options_set_max_concurrent_streams(options, 0),
+                wool_status::InvalidArgument
+            );
+            let kept = &(*options).inner;
+            assert_eq!(kept.keepalive_interval, Some(Duration::from_millis(2500)));
+            assert_eq!(kept.max_concurrent_streams, 100);
+            assert_eq!(
+                wool_channel_options_set_keepalive_interval(options, f64::INFINITY),
+                wool_status::Ok
+            );
+            assert_eq!((*options).inner.keepalive_interval, None);
+            wool_channel_options_free(options);
+        }
+    }
+}

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -653,6 +654,58 @@ static int case_fork(int argc, char **argv) {
 }
 
 /*
+ * options WORKER: every channel-option setter refuses bad values naming the option (the
+ * options stay usable), good values are taken, and a connection made with them polls.
+ */
+static int case_options(int argc, char **argv) {
+    CHECK(argc == 1);
+    EXPECT_INVALID(wool_channel_options_new(NULL), "out is NULL");
+    wool_channel_options *o = NULL;
+    CHECK_STATUS(wool_channel_options_new(&o), WOOL_STATUS_OK);
+    EXPECT_INVALID(wool_channel_options_set_keepalive_interval(NULL, 1.0), "options is NULL");
+    EXPECT_INVALID(wool_channel_options_set_max_concurrent_streams(NULL, 1), "options is NULL");
+    const double bad_seconds[] = {0.0, -1.0, NAN, -INFINITY, 0.0001};
+    for (size_t i = 0; i < sizeof bad_seconds / sizeof bad_seconds[0]; i++) {
+        double v = bad_seconds[i];
+        EXPECT_INVALID(wool_channel_options_set_keepalive_interval(o, v), "keepalive_interval");
+        EXPECT_INVALID(wool_channel_options_set_keepalive_timeout(o, v), "keepalive_timeout");
+        EXPECT_INVALID(wool_channel_options_set_connect_timeout(o, v), "connect_timeout");
+    }
+    EXPECT_INVALID(wool_channel_options_set_keepalive_timeout(o, INFINITY), "keepalive_timeout");
+    EXPECT_INVALID(wool_channel_options_set_max_receive_message_bytes(o, 0),
+                   "max_receive_message_bytes");
+    EXPECT_INVALID(wool_channel_options_set_max_send_message_bytes(o, SIZE_MAX),
+                   "max_send_message_bytes");
+    EXPECT_INVALID(wool_channel_options_set_max_concurrent_streams(o, 0), "max_concurrent_streams");
+    EXPECT_INVALID(wool_channel_options_set_max_concurrent_streams(o, SIZE_MAX),
+                   "max_concurrent_streams");
+    CHECK_STATUS(wool_channel_options_set_keepalive_interval(o, INFINITY), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_channel_options_set_keepalive_interval(o, 10.0), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_channel_options_set_keepalive_timeout(o, 0.001), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_channel_options_set_keepalive_without_calls(o, false), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_channel_options_set_max_pings_without_data(o, 0), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_channel_options_set_max_receive_message_bytes(o, 1024), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_channel_options_set_max_send_message_bytes(o, 1024), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_channel_options_set_max_concurrent_streams(o, 4), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_channel_options_set_connect_timeout(o, INFINITY), WOOL_STATUS_OK);
+    wool_connection *conn = NULL;
+    EXPECT_INVALID(wool_connect_with_options(NULL, NULL, o, &conn), "target is NULL");
+    EXPECT_INVALID(wool_connect_with_options(argv[0], NULL, o, NULL), "out is NULL");
+    CHECK(conn == NULL);
+    CHECK_STATUS(wool_connect_with_options(argv[0], NULL, o, &conn), WOOL_STATUS_OK);
+    wool_channel_options_free(o);
+    wool_channel_options_free(NULL);
+    double seconds = -1.0;
+    CHECK_STATUS(wool_idle(conn, 5.0, &seconds), WOOL_STATUS_OK);
+    wool_free(conn);
+    CHECK_STATUS(wool_connect_with_options(argv[0], NULL, NULL, &conn), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_idle(conn, 5.0, &seconds), WOOL_STATUS_OK);
+    wool_free(conn);
+    printf("options: bad values refused naming the option; a connection with options polls\n");
+    return 0;
+}
+
+/*
  * frozen WORKER PID: keepalive 1 s / 1 s; the worker is frozen (SIGSTOP) under a call with no
  * deadline: the call ends TRANSIENT, naming keepalive; once thawed, the next call succeeds on
  * a new connection.
@@ -741,6 +794,7 @@ static const struct named_case cases[] = {
     {"sigpipe", case_sigpipe},
     {"fork", case_fork},
     {"frozen", case_frozen},
+    {"options", case_options},
     {"one-way", case_one_way},
     {"stop-grace", case_stop_grace},
 };

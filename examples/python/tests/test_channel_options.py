@@ -82,13 +82,7 @@ def test_the_options_take_effect_a_tiny_receive_limit_fails_the_answer(worker):
     with WorkerConnection(worker.address) as default:
         assert default.idle(timeout=5.0) >= 0.0
     error = caught.value
-    assert "too large" in error.details, error  # the limit took effect
-    if type(error) is libwool.RpcError and error.code_name == "OUT_OF_RANGE":
-        # Known library discrepancy (also seen by the Go binding's test): libwool passes on
-        # tonic's OUT_OF_RANGE as WOOL_STATUS_RPC_ERROR (evict), where wool.h promises
-        # WOOL_STATUS_TRANSIENT, RESOURCE_EXHAUSTED. Passes once the library keeps its word.
-        pytest.xfail(f"libwool reports a too-large answer as RpcError OUT_OF_RANGE, not "
-                     f"TransientRpcError RESOURCE_EXHAUSTED as wool.h says: {error}")
+    assert "max_receive_message_bytes" in error.details, error  # the limit took effect
     assert isinstance(error, libwool.TransientRpcError), error
     assert error.code_name == "RESOURCE_EXHAUSTED", error
 
