@@ -213,6 +213,8 @@ def section_sequential(tools: dict, addr: str, worker: Server, rounds: int,
               [bench, "seq-conn", addr, n, warmup, "current"], {}),
         "b_mt": ("WorkerConnection::idle, multi_thread",
                  [bench, "seq-conn", addr, n, warmup, "multi"], {}),
+        "b_nk": ("WorkerConnection::idle, current_thread, keepalive off (all others: on)",
+                 [bench, "seq-conn", addr, n, warmup, "current", "no-keepalive"], {}),
         "c": ("wool_idle from C", [tools["c_idle"], "seq", addr, n, warmup], {}),
         "d": ("Go binding (cgo)", [tools["go"], addr, n, warmup], {}),
         "e": ("Python ctypes binding", [py, ROOT / "benches/python/ctypes_idle.py", addr, n, warmup],
@@ -282,6 +284,8 @@ def section_concurrency(tools: dict, addr: str, worker: Server) -> dict:
     drivers = {
         "rust_tasks": ("Rust tasks on one WorkerConnection",
                        lambda lv: [tools["bench"], "burst", addr, lv, secs]),
+        "rust_tasks_nk": ("Rust tasks on one WorkerConnection, keepalive off",
+                          lambda lv: [tools["bench"], "burst", addr, lv, secs, "no-keepalive"]),
         "c_threads": ("C threads on one wool_connection handle (<= 256 threads)",
                       lambda lv: [tools["c_idle"], "burst", addr, lv, secs]),
         "wool_python": ("Wool's Python client, asyncio.gather on one WorkerConnection",
@@ -546,6 +550,15 @@ def targets(res: dict) -> list[dict]:
         rows.append({"target": "  same, C threads on one handle", "goal": ">= 4x",
                      "measured": f"{ratio:.2f}x ({c256['polls_per_s']:.0f} polls/s)",
                      "met": ratio >= 4, "note": ""})
+    if "b_nk" in seq:
+        ratio = seq["b"]["median_us"] / seq["b_nk"]["median_us"]
+        add("keepalive on vs off: sequential (b) median", "<= 1.05x", f"{ratio:.2f}x",
+            ratio <= 1.05, f"{seq['b']['median_us']:.1f} vs {seq['b_nk']['median_us']:.1f} µs")
+    on, off = by(conc["rust_tasks"], 256), by(conc.get("rust_tasks_nk", []), 256)
+    if on and off:
+        ratio = on["polls_per_s"] / off["polls_per_s"]
+        add("keepalive on vs off: 256 concurrent Rust polls/s", ">= 0.95x", f"{ratio:.2f}x",
+            ratio >= 0.95, f"{on['polls_per_s']:.0f} vs {off['polls_per_s']:.0f} polls/s")
     r10k = by(conc["rust_tasks"], 10000)
     if r10k:
         add("0 failures at 10,000 concurrent (Rust)", "0", str(r10k["failed"]),
@@ -587,7 +600,7 @@ def markdown(res: dict) -> str:
     lines.append("| layer | median µs | p99 µs | polls/s | ×(a) | ×(g) | client CPU µs/poll | "
                  "worker CPU µs/poll |")
     lines.append("|---|--:|--:|--:|--:|--:|--:|--:|")
-    for key in ("a", "a_mt", "b", "b_mt", "c", "d", "e", "f", "g", "c_uds"):
+    for key in ("a", "a_mt", "b", "b_mt", "b_nk", "c", "d", "e", "f", "g", "c_uds"):
         if key not in seq:
             continue
         r = seq[key]
@@ -608,7 +621,7 @@ def markdown(res: dict) -> str:
         lines.append("| layer | median µs | p99 µs | ×(a) | ×(g) | client CPU µs/poll | "
                      "worker CPU µs/poll |")
         lines.append("|---|--:|--:|--:|--:|--:|--:|")
-        for key in ("a", "a_mt", "b", "b_mt", "c", "d", "e", "f", "g", "c_uds"):
+        for key in ("a", "a_mt", "b", "b_mt", "b_nk", "c", "d", "e", "f", "g", "c_uds"):
             if key in table:
                 r = table[key]
                 mark = "" if len(key) == 1 else "′"
@@ -632,6 +645,14 @@ def markdown(res: dict) -> str:
                          else f"{r['polls_per_s']:,.0f} ({r['failed']} failed{busy})")
         lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
     lines.append("")
+    if conc.get("rust_tasks_nk"):
+        lines.append("Keepalive's cost, same run (Rust tasks on one WorkerConnection, polls/s): "
+                     + "; ".join(
+                         f"N = {n:,}: on {by(conc['rust_tasks'], n)['polls_per_s']:,.0f}, "
+                         f"off {by(conc['rust_tasks_nk'], n)['polls_per_s']:,.0f}"
+                         for n in conc["levels"]
+                         if by(conc["rust_tasks"], n) and by(conc["rust_tasks_nk"], n))
+                     + ".\n")
     lines.append("### 3. Fleet sweep\n")
     lines.append(f"{fleet['endpoints']:,} workers served by one process; each sweep polls every "
                  f"endpoint once, {fleet['concurrency']} in flight: **warm sweep (median) "

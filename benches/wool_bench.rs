@@ -8,8 +8,11 @@
 //!
 //! ```text
 //! wool_bench seq-raw  ADDR N WARMUP current|multi   raw tonic stub (default Endpoint), sequential
-//! wool_bench seq-conn ADDR N WARMUP current|multi   WorkerConnection::idle, sequential
-//! wool_bench burst    ADDR LEVELS SECONDS           bursts of N concurrent idle() on one connection
+//! wool_bench seq-conn ADDR N WARMUP current|multi [no-keepalive]
+//!                                                   WorkerConnection::idle, sequential
+//! wool_bench burst    ADDR LEVELS SECONDS [no-keepalive]
+//!                                                   bursts of N concurrent idle() on one connection
+//!     (`no-keepalive`: the connection's keepalive off, to compare with the default, on)
 //! wool_bench fleet-serve N                          serves N Workers in this process; prints their
 //!                                                   addresses, then `ready`; ends at stdin EOF
 //! wool_bench sweep    ADDRFILE CONCURRENCY SWEEPS   polls every address once per sweep
@@ -79,11 +82,12 @@ fn run(args: &[String]) -> Result<(), BoxError> {
             let kind: String = arg(args, 4, "current|multi")?;
             let rt = runtime(&kind)?;
             let raw = args[0] == "seq-raw";
+            let keepalive = keepalive_arg(args, 5)?;
             rt.block_on(async move {
                 if raw {
                     seq_raw(&addr, n, warmup).await
                 } else {
-                    seq_conn(&addr, n, warmup).await
+                    seq_conn(&addr, n, warmup, keepalive).await
                 }
             })?
         }
@@ -95,7 +99,8 @@ fn run(args: &[String]) -> Result<(), BoxError> {
                 .split(',')
                 .map(|l| l.trim().parse())
                 .collect::<Result<_, _>>()?;
-            runtime("multi")?.block_on(burst(&addr, &levels, seconds))?
+            let keepalive = keepalive_arg(args, 4)?;
+            runtime("multi")?.block_on(burst(&addr, &levels, seconds, keepalive))?
         }
         "fleet-serve" => {
             let n: usize = arg(args, 1, "N")?;
@@ -143,6 +148,25 @@ fn run(args: &[String]) -> Result<(), BoxError> {
     };
     println!("{line}");
     Ok(())
+}
+
+/// Whether the optional argument at `i` leaves keepalive on (absent) or turns it off
+/// (`no-keepalive`).
+fn keepalive_arg(args: &[String], i: usize) -> Result<bool, BoxError> {
+    match args.get(i).map(String::as_str) {
+        None => Ok(true),
+        Some("no-keepalive") => Ok(false),
+        Some(other) => Err(format!("bad argument {i}: {other:?} (expected no-keepalive)").into()),
+    }
+}
+
+/// A connection with Wool's default channel options, or with keepalive off.
+fn connection(addr: &str, keepalive: bool) -> Result<WorkerConnection, BoxError> {
+    let mut options = wool::connection::ChannelOptions::default();
+    if !keepalive {
+        options.keepalive_interval = None;
+    }
+    Ok(WorkerConnection::with_options(addr, None, options)?)
 }
 
 /// CPU time of this whole process (all threads), in seconds.
@@ -197,8 +221,13 @@ async fn seq_raw(addr: &str, n: usize, warmup: usize) -> Result<String, BoxError
 }
 
 /// (b) `WorkerConnection::idle` with a 10 s deadline (as a host would pass one).
-async fn seq_conn(addr: &str, n: usize, warmup: usize) -> Result<String, BoxError> {
-    let conn = WorkerConnection::new(addr)?;
+async fn seq_conn(
+    addr: &str,
+    n: usize,
+    warmup: usize,
+    keepalive: bool,
+) -> Result<String, BoxError> {
+    let conn = connection(addr, keepalive)?;
     let timeout = Some(Duration::from_secs(10));
     for _ in 0..warmup {
         conn.idle(timeout).await?;
@@ -216,8 +245,13 @@ async fn seq_conn(addr: &str, n: usize, warmup: usize) -> Result<String, BoxErro
 
 /// Bursts of `level` concurrent `idle()` calls (tokio tasks) on one `WorkerConnection`,
 /// repeated until `seconds` have passed (at least one burst per level).
-async fn burst(addr: &str, levels: &[usize], seconds: f64) -> Result<String, BoxError> {
-    let conn = Arc::new(WorkerConnection::new(addr)?);
+async fn burst(
+    addr: &str,
+    levels: &[usize],
+    seconds: f64,
+    keepalive: bool,
+) -> Result<String, BoxError> {
+    let conn = Arc::new(connection(addr, keepalive)?);
     conn.idle(Some(Duration::from_secs(10))).await?; // connect outside the measurement
     let mut rows = Vec::new();
     for &level in levels {
