@@ -78,7 +78,8 @@ struct ConnectionState {
     /// Set by the socket of a plaintext connection when the worker's first bytes are a TLS
     /// record: the worker expects TLS.
     peer_spoke_tls: Arc<AtomicBool>,
-    /// Calls between starting their stream and dropping their response.
+    /// Calls between starting their stream and dropping their response (counted only when
+    /// keepalive waits for calls: `without_calls` false).
     calls: AtomicUsize,
     /// Keepalive PINGs sent since a call last started (gRPC's "pings without data").
     pings_without_data: AtomicU32,
@@ -164,21 +165,36 @@ fn io_failure(target: &str, what: &str, error: &std::io::Error) -> TransportFail
     }
 }
 
-/// One call on a connection, from its stream's start until its response is dropped: counted
-/// for keepalive (pings without calls; pings without data).
-struct CallOnConnection(Arc<ConnectionState>);
+/// One call on a connection, from its stream's start until its response is dropped: what
+/// keepalive needs to know of it (gRPC's "pings without data" start again; calls are counted
+/// only where PINGs wait for one). Shared counters are written only when they change, so
+/// concurrent calls on many threads do not bounce their cache line.
+struct CallOnConnection {
+    state: Arc<ConnectionState>,
+    counted: bool,
+}
 
 impl CallOnConnection {
     fn begin(state: &Arc<ConnectionState>) -> Self {
-        state.calls.fetch_add(1, Ordering::Relaxed);
-        state.pings_without_data.store(0, Ordering::Relaxed);
-        Self(Arc::clone(state))
+        if state.pings_without_data.load(Ordering::Relaxed) != 0 {
+            state.pings_without_data.store(0, Ordering::Relaxed);
+        }
+        let counted = state.keepalive.is_some_and(|k| !k.without_calls);
+        if counted {
+            state.calls.fetch_add(1, Ordering::Relaxed);
+        }
+        Self {
+            state: Arc::clone(state),
+            counted,
+        }
     }
 }
 
 impl Drop for CallOnConnection {
     fn drop(&mut self) {
-        self.0.calls.fetch_sub(1, Ordering::Relaxed);
+        if self.counted {
+            self.state.calls.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -757,20 +773,20 @@ impl Body for ResponseBody {
                             format!(
                                 "the worker at {} answered with a message of {length} bytes, \
                                  over max_receive_message_bytes ({limit})",
-                                self.call.0.target
+                                self.call.state.target
                             ),
                         ))));
                     }
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
-                Some(Err(error)) => return Poll::Ready(Some(Err(self.call.0.failure(&error)))),
+                Some(Err(error)) => return Poll::Ready(Some(Err(self.call.state.failure(&error)))),
                 None => self.data_done = true,
             }
         }
         match ready!(self.recv.poll_trailers(cx)) {
             Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
             Ok(None) => Poll::Ready(None),
-            Err(error) => Poll::Ready(Some(Err(self.call.0.failure(&error)))),
+            Err(error) => Poll::Ready(Some(Err(self.call.state.failure(&error)))),
         }
     }
 
