@@ -17,6 +17,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The version of libwool this header belongs to (Cargo.toml's); compare with
+ * wool_version() for the library a program runs against. WOOL_VERSION_NUMBER is
+ * MAJOR * 1000000 + MINOR * 1000 + PATCH, for #if comparisons. */
+#define WOOL_VERSION_MAJOR 0
+#define WOOL_VERSION_MINOR 2
+#define WOOL_VERSION_PATCH 0
+#define WOOL_VERSION_STRING "0.2.0"
+#define WOOL_VERSION_NUMBER (0 * 1000000 + 2 * 1000 + 0)
+
 /**
  * The outcome of a call. Values are stable: C programs and other bindings compare against them.
  * On any failure the calling thread's last error holds the message and the gRPC code (see

@@ -23,16 +23,20 @@ suite() { # name command...
 
 setup() {
     ./scripts/setup-venvs.sh &&
-        # The C, Go and Python suites load target/debug/libwool.so and run wool-worker: build them first.
-        cargo build --lib --bins --examples
+        # cargo-c installs the library for the consumer suites (built once; ~20 min the first time).
+        ./scripts/ensure-cargo-c.sh &&
+        # The C, Go and Python suites load libwool (with its C ABI, the `capi` feature) and run
+        # wool-worker: build them first.
+        cargo build --features capi --lib --bins --examples
 }
 
 suite "setup (Wool venvs, build)" setup
 # Rust unit, integration, interop (real Wool), C harness and header tests.
 # shellcheck disable=SC2086
-suite "cargo test" cargo test --lib --bins --tests --examples ${CARGO_TEST_ARGS:-}
-suite "doc tests" cargo test --doc
+suite "cargo test" cargo test --features capi --lib --bins --tests --examples ${CARGO_TEST_ARGS:-}
+suite "doc tests" cargo test --features capi --doc
 suite "C harness under valgrind" ./scripts/valgrind-c.sh
+suite "C consumers of the installed library (pkg-config, CMake)" ./scripts/consumers-test.sh
 suite "Go binding (go test -race)" ./scripts/go-test.sh
 suite "Python binding (pytest)" ./scripts/python-test.sh -q
 

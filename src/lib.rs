@@ -8,6 +8,7 @@
 //! - [`protocol`]: the generated wire types.
 
 pub mod connection;
+#[cfg(feature = "capi")]
 pub mod ffi;
 mod process;
 pub mod protocol;

@@ -16,7 +16,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{Pki, WorkerProcess};
+use common::{library_dir, Pki, WorkerProcess};
 use wool::ffi::{
     wool_connect, wool_connection, wool_free, wool_idle, wool_last_error, wool_last_rpc_code,
     wool_status, wool_stop,
@@ -37,20 +37,6 @@ fn task_seconds(normally: f64) -> f64 {
     } else {
         normally
     }
-}
-
-/// The directory holding the `libwool.so` that cargo built for this test run.
-fn library_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's own path");
-    let deps = exe
-        .parent()
-        .expect("the test lives in target/<profile>/deps");
-    for dir in [deps, deps.parent().unwrap_or(deps)] {
-        if dir.join("libwool.so").is_file() {
-            return dir.to_path_buf();
-        }
-    }
-    panic!("no libwool.so next to {}", exe.display());
 }
 
 /// Compiles `<source>` (relative to the repository) against `include/wool.h` and `libwool.so`
@@ -540,6 +526,13 @@ fn a_forked_child_polls_and_stops_while_the_parent_keeps_working() {
         Some(0),
         "the worker the child stopped exits 0"
     );
+}
+
+/// Given the header's version macros, then they agree with wool_version() and Cargo.toml.
+#[test]
+fn the_headers_version_macros_match_the_library_and_cargo_toml() {
+    let out = run_case("version", &[env!("CARGO_PKG_VERSION")]);
+    assert!(out.contains(env!("CARGO_PKG_VERSION")), "{out}");
 }
 
 /// Given channel options, when C passes each bad value (NULL options, 0, negative, NaN, -inf,

@@ -19,7 +19,32 @@ fn generate() -> String {
         .expect("cbindgen generates the header");
     let mut header = Vec::new();
     bindings.write(&mut header);
-    tag_enums(&String::from_utf8(header).expect("the header is UTF-8"))
+    with_version_macros(&tag_enums(
+        &String::from_utf8(header).expect("the header is UTF-8"),
+    ))
+}
+
+/// The version macros, from Cargo.toml's version, put after the system includes: what a C
+/// program was compiled against (wool_version() tells what it runs against).
+fn with_version_macros(header: &str) -> String {
+    let [major, minor, patch] = [
+        env!("CARGO_PKG_VERSION_MAJOR"),
+        env!("CARGO_PKG_VERSION_MINOR"),
+        env!("CARGO_PKG_VERSION_PATCH"),
+    ];
+    let macros = format!(
+        "\n/* The version of libwool this header belongs to (Cargo.toml's); compare with\n \
+         * wool_version() for the library a program runs against. WOOL_VERSION_NUMBER is\n \
+         * MAJOR * 1000000 + MINOR * 1000 + PATCH, for #if comparisons. */\n\
+         #define WOOL_VERSION_MAJOR {major}\n\
+         #define WOOL_VERSION_MINOR {minor}\n\
+         #define WOOL_VERSION_PATCH {patch}\n\
+         #define WOOL_VERSION_STRING \"{major}.{minor}.{patch}\"\n\
+         #define WOOL_VERSION_NUMBER ({major} * 1000000 + {minor} * 1000 + {patch})\n"
+    );
+    let anchor = "#include <stdint.h>\n";
+    let at = header.find(anchor).expect("the header includes <stdint.h>") + anchor.len();
+    format!("{}{macros}{}", &header[..at], &header[at..])
 }
 
 /// Turns cbindgen's `typedef enum {` ... `} NAME;` into `typedef enum NAME {` ... `} NAME;`,
@@ -89,6 +114,8 @@ fn header_spells_the_contract_as_c_api_md_does() {
         "size_t wool_last_error(char *buf, size_t len);",
         "int32_t wool_last_rpc_code(void);",
         "const char *wool_version(void);",
+        "#define WOOL_VERSION_MAJOR ",
+        "#define WOOL_VERSION_NUMBER (",
     ] {
         assert!(
             header.contains(needle),
@@ -104,7 +131,11 @@ fn header_spells_the_contract_as_c_api_md_does() {
     ] {
         let stray_lines: Vec<&str> = header
             .lines()
-            .filter(|l| l.contains(stray) && !l.starts_with("#define WOOL_H"))
+            .filter(|l| {
+                l.contains(stray)
+                    && !l.starts_with("#define WOOL_H")
+                    && !l.starts_with("#define WOOL_VERSION_")
+            })
             .collect();
         assert!(
             stray_lines.is_empty(),

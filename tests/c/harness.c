@@ -654,6 +654,28 @@ static int case_fork(int argc, char **argv) {
 }
 
 /*
+ * version CARGO_VERSION: the header's version macros agree with each other, with
+ * wool_version() (the library this program runs against) and with Cargo.toml's version.
+ */
+static int case_version(int argc, char **argv) {
+    CHECK(argc == 1);
+    char expected[64];
+    snprintf(expected, sizeof expected, "%d.%d.%d", WOOL_VERSION_MAJOR, WOOL_VERSION_MINOR,
+             WOOL_VERSION_PATCH);
+    CHECK(strcmp(expected, WOOL_VERSION_STRING) == 0);
+    CHECK(strcmp(WOOL_VERSION_STRING, argv[0]) == 0);
+    CHECK(strcmp(wool_version(), WOOL_VERSION_STRING) == 0);
+    CHECK(WOOL_VERSION_NUMBER ==
+          WOOL_VERSION_MAJOR * 1000000 + WOOL_VERSION_MINOR * 1000 + WOOL_VERSION_PATCH);
+#if WOOL_VERSION_NUMBER < 1000
+#error "WOOL_VERSION_NUMBER must be usable in #if"
+#endif
+    printf("version: header %s (%d), library %s, Cargo.toml %s\n", WOOL_VERSION_STRING,
+           WOOL_VERSION_NUMBER, wool_version(), argv[0]);
+    return 0;
+}
+
+/*
  * options WORKER: every channel-option setter refuses bad values naming the option (the
  * options stay usable), good values are taken, and a connection made with them polls.
  */
@@ -795,6 +817,7 @@ static const struct named_case cases[] = {
     {"fork", case_fork},
     {"frozen", case_frozen},
     {"options", case_options},
+    {"version", case_version},
     {"one-way", case_one_way},
     {"stop-grace", case_stop_grace},
 };

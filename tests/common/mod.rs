@@ -314,3 +314,18 @@ pub fn worker_side_sockets(port: u16) -> Vec<(u16, u8)> {
 pub fn port_of(address: &str) -> u16 {
     address.rsplit(':').next().unwrap().parse().unwrap()
 }
+
+/// The directory holding the `libwool.so` that cargo built for this test run (with the `capi`
+/// feature, which the tests turn on).
+pub fn library_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let deps = exe
+        .parent()
+        .expect("the test lives in target/<profile>/deps");
+    for dir in [deps, deps.parent().unwrap_or(deps)] {
+        if dir.join("libwool.so").is_file() {
+            return dir.to_path_buf();
+        }
+    }
+    panic!("no libwool.so next to {}", exe.display());
+}
