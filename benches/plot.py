@@ -146,7 +146,7 @@ def dispatch_panel(ax, disp: dict, fleet: dict | None) -> None:
 
 def targets_panel(ax, targets: list[dict]) -> None:
     ax.axis("off")
-    ax.set_title("Targets of issue 6", loc="left", fontweight="bold")
+    ax.set_title("Targets", loc="left", fontweight="bold")
     rows = [t for t in targets if not t["target"].startswith("  ")]
     n = len(rows)
     step = 1 / (n + 0.2)

@@ -5,7 +5,7 @@ Not meant to be run by hand (scripts/bench.sh builds what it needs and passes th
 can be: ``python3 benches/run.py --bench-bin PATH --c-bin DIR --go-bin PATH --wool-python PATH``.
 
 Writes target/bench/results.json and prints a markdown table on stdout (progress goes to
-stderr). Nothing here asserts on time: the targets of issue 6 are *reported* (met / missed, with
+stderr). Nothing here asserts on time: the targets are *reported* (met / missed, with
 the measured ratio), never enforced.
 
 Every knob is an environment variable (defaults give a full run of about 3-4 minutes on a
@@ -694,7 +694,7 @@ def markdown(res: dict) -> str:
                  f"poll in section 1, layout shared if measured; from the CPU deltas above: "
                  f"{ic['poll_cpu_share_of_one_core_pct']:.1f} %): what the poller would cost a "
                  f"saturated single-threaded worker.\n")
-    lines.append("### Targets (issue 6)\n")
+    lines.append("### Targets\n")
     lines.append("| target | goal | measured | met |")
     lines.append("|---|---|---|---|")
     for t in res["targets"]:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark harness of issue 6 (BENCHMARKS.md): builds the release artefacts, starts
+# The benchmark harness (BENCHMARKS.md): builds the release artefacts, starts
 # wool-worker, and measures in one run
 #   1. sequential idle polls through every layer: raw tonic stub, WorkerConnection, C (wool_idle),
 #      Go, Python ctypes, Wool 0.15.7's own Python client, and the floor (1-byte TCP ping-pong);

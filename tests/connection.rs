@@ -1,4 +1,4 @@
-//! WorkerConnection against real workers over real sockets (issue 2).
+//! WorkerConnection against real workers over real sockets.
 //! Each test says what it arranges (Given), does (When) and expects (Then).
 
 mod common;

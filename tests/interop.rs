@@ -1,4 +1,4 @@
-//! Interop with the real Wool runtime (PyPI `wool`), both directions (issue 4).
+//! Interop with the real Wool runtime (PyPI `wool`), both directions.
 //!
 //! The Python peers live in `tests/interop/` and run from the pinned virtual environments that
 //! `scripts/setup-venvs.sh` creates under `target/venvs/` (`wool==0.15.7`, `wool==0.13.1`);
