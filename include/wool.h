@@ -27,6 +27,12 @@
 #define WOOL_VERSION_NUMBER (0 * 1000000 + 2 * 1000 + 0)
 
 /**
+ * Bytes of a completion's message, the terminating NUL included (longer ones are truncated on
+ * a UTF-8 character boundary).
+ */
+#define WOOL_COMPLETION_MESSAGE_BYTES 256
+
+/**
  * The outcome of a call. Values are stable: C programs and other bindings compare against them.
  * On any failure the calling thread's last error holds the message and the gRPC code (see
  * wool_last_error and wool_last_rpc_code).
@@ -63,6 +69,11 @@ typedef enum wool_status {
    * A bug inside the library, caught at the boundary; the last error holds the panic message.
    */
   WOOL_STATUS_PANIC = 6,
+  /**
+   * The call was cancelled by the caller (wool_cancel) before it completed; its HTTP/2
+   * stream was reset.
+   */
+  WOOL_STATUS_CANCELLED = 7,
 } wool_status;
 
 /**
@@ -87,6 +98,43 @@ typedef struct wool_connection wool_connection;
  * wool_credentials_free. wool_connect copies them, so they may be freed right after.
  */
 typedef struct wool_credentials wool_credentials;
+
+/**
+ * A completion queue. Opaque; made by wool_queue_new, released by wool_queue_free. Any thread
+ * may start calls on it and collect from it.
+ */
+typedef struct wool_queue wool_queue;
+
+/**
+ * One finished call, as wool_queue_next hands it out.
+ */
+typedef struct {
+  /**
+   * The value the caller gave when starting the call.
+   */
+  uint64_t tag;
+  /**
+   * The call's id (as written by wool_idle_start / wool_stop_start).
+   */
+  uint64_t call;
+  /**
+   * The call's outcome: WOOL_STATUS_OK, WOOL_STATUS_CANCELLED (wool_cancel), or a failure as
+   * the blocking call would have given.
+   */
+  wool_status status;
+  /**
+   * The gRPC code of a failure (as wool_last_rpc_code), -1 when none.
+   */
+  int32_t rpc_code;
+  /**
+   * For an idle call that succeeded: the worker's idle seconds; otherwise 0.
+   */
+  double seconds;
+  /**
+   * The failure's message (as wool_last_error would give it), NUL-terminated; "" on success.
+   */
+  char message[WOOL_COMPLETION_MESSAGE_BYTES];
+} wool_completion;
 
 #ifdef __cplusplus
 extern "C" {
@@ -201,6 +249,26 @@ wool_status wool_credentials_from_files(const char *ca_path, const char *key_pat
  * afterwards.
  */
 void wool_credentials_free(wool_credentials *credentials);
+
+/**
+ * Polls the workers behind `conns[0..count]` (as wool_idle), at most `max_in_flight` at once,
+ * all within one deadline of `timeout_seconds` (INFINITY = none), blocking the calling thread
+ * until every poll has finished. Writes per handle, in `conns` order: `out_statuses[i]` (the
+ * status wool_idle would have given; a NULL handle gives WOOL_STATUS_INVALID_ARGUMENT),
+ * `out_seconds[i]` (the idle seconds on WOOL_STATUS_OK, NAN otherwise) and, when `out_codes`
+ * is not NULL, `out_codes[i]` (the gRPC code of a failure, -1 when none). Polls not started
+ * before the deadline fail as WOOL_STATUS_TRANSIENT (DEADLINE_EXCEEDED). The same handle may
+ * appear several times. Runs on the runtime and pooled connections the other calls use.
+ *
+ * Returns WOOL_STATUS_OK when the sweep ran (whatever each poll gave), or
+ * WOOL_STATUS_INVALID_ARGUMENT for a NULL array with a non-zero count, max_in_flight 0, or a
+ * bad timeout; nothing is written then.
+ *
+ * # Safety
+ * `conns` must be NULL or `count` pointers, each NULL or a live handle; `out_seconds` and
+ * `out_statuses` NULL or `count` writable elements; `out_codes` NULL or `count` writable.
+ */
+wool_status wool_idle_many(const wool_connection *const *conns, size_t count, double timeout_seconds, size_t max_in_flight, double *out_seconds, wool_status *out_statuses, int32_t *out_codes);
 
 /**
  * Copies the message of the calling thread's most recent failure into `buf`: at most `len`
@@ -341,6 +409,96 @@ wool_status wool_channel_options_set_connect_timeout(wool_channel_options *optio
  * As wool_connect; `options` must be NULL or a live wool_channel_options.
  */
 wool_status wool_connect_with_options(const char *target, const wool_credentials *credentials, const wool_channel_options *options, wool_connection **out);
+
+/**
+ * Makes a completion queue and writes it to `*out`.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT when `out` is NULL, WOOL_STATUS_TRANSIENT when the
+ * process is out of file descriptors.
+ *
+ * # Safety
+ * `out` must be NULL or writable.
+ */
+wool_status wool_queue_new(wool_queue **out);
+
+/**
+ * Releases the queue: calls still in flight on it are cancelled (their HTTP/2 streams reset)
+ * and their completions discarded; completions not collected are discarded; its file
+ * descriptor is closed (remove it from an epoll set first). NULL is a no-op. Call it once,
+ * after every other call on the queue has returned.
+ *
+ * # Safety
+ * `queue` must be NULL or from wool_queue_new and not yet freed.
+ */
+void wool_queue_free(wool_queue *queue);
+
+/**
+ * The queue's file descriptor: readable while completions wait to be collected (level
+ * triggered: it stays readable until wool_queue_next has taken them all). Watch it with epoll,
+ * poll(2), select(2), libuv or asyncio's add_reader; do not read, write or close it. -1 when
+ * `queue` is NULL.
+ *
+ * # Safety
+ * `queue` must be NULL or a live wool_queue.
+ */
+int32_t wool_queue_fd(const wool_queue *queue);
+
+/**
+ * Starts an idle poll of the worker behind `conn` without blocking (as wool_idle, which it
+ * shares the runtime and pooled connections with). Its completion, tagged `tag`, arrives in
+ * `queue`: WOOL_STATUS_OK with the idle seconds, or the status wool_idle would have returned.
+ * The call's id is written to `*out_call` (for wool_cancel). Freeing `conn` while the call is
+ * in flight is allowed: the call keeps what it needs.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `conn`, `queue` or `out_call`, or a bad
+ * timeout (as wool_idle); nothing is started then.
+ *
+ * # Safety
+ * `conn` and `queue` must be NULL or live; `out_call` NULL or writable.
+ */
+wool_status wool_idle_start(const wool_connection *conn, const wool_queue *queue, double timeout_seconds, uint64_t tag, uint64_t *out_call);
+
+/**
+ * Starts a stop (retirement) of the worker behind `conn` without blocking (as wool_stop).
+ * Its completion, tagged `tag`, arrives in `queue` (seconds 0). The call's id goes to
+ * `*out_call`.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `conn`, `queue` or `out_call`, a NaN grace or
+ * a bad timeout; nothing is started then.
+ *
+ * # Safety
+ * `conn` and `queue` must be NULL or live; `out_call` NULL or writable.
+ */
+wool_status wool_stop_start(const wool_connection *conn, const wool_queue *queue, double grace_seconds, double timeout_seconds, uint64_t tag, uint64_t *out_call);
+
+/**
+ * Cancels call `call` of `queue`: if it is still in flight, its HTTP/2 stream is reset (the
+ * worker sees the cancellation) and it completes at once with WOOL_STATUS_CANCELLED (its
+ * completion is in the queue when this returns). A call that already completed, or an
+ * unknown id, is left alone: WOOL_STATUS_OK either way, since the race between a completion
+ * and a cancel is the host's to lose.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `queue`.
+ *
+ * # Safety
+ * `queue` must be NULL or live.
+ */
+wool_status wool_cancel(const wool_queue *queue, uint64_t call);
+
+/**
+ * Collects up to `capacity` completions into `out` (oldest first) and writes how many to
+ * `*out_count`. Waits up to `timeout_seconds` for the first one: 0 = do not wait, positive =
+ * that long, INFINITY = until one arrives. Returns WOOL_STATUS_OK also when none arrived in
+ * time (`*out_count` = 0).
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `queue`, `out_count`, or `out` with a
+ * non-zero capacity, or a negative or NaN timeout.
+ *
+ * # Safety
+ * `queue` must be NULL or live; `out` NULL or `capacity` writable completions; `out_count`
+ * NULL or writable.
+ */
+wool_status wool_queue_next(const wool_queue *queue, wool_completion *out, size_t capacity, double timeout_seconds, size_t *out_count);
 
 /**
  * The name of `status` as static NUL-terminated text, e.g. "WOOL_STATUS_TRANSIENT"; never

@@ -555,6 +555,70 @@ fn a_call_with_no_deadline_to_a_frozen_worker_ends_transient() {
     assert!(out.contains("after"), "{out}");
 }
 
+// ---- calls that start without blocking: the completion queue --------------------------------
+
+/// A peer that accepts connections (in the kernel's backlog) but never answers.
+fn silent_peer() -> (std::net::TcpListener, String) {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = silent.local_addr().unwrap().to_string();
+    (silent, address)
+}
+
+/// Given a single-threaded C host, when it starts 10,000 idle polls on one handle without
+/// blocking and collects their completions, then every one completes OK, each tag once.
+/// (2,000 under valgrind, which slows each call a hundredfold.)
+#[test]
+fn a_single_thread_keeps_10000_polls_in_flight_on_one_handle() {
+    let worker = WorkerProcess::plaintext();
+    let count = if under_valgrind() { "2000" } else { "10000" };
+    let out = run_case("queue-many", &[&worker.address, count]);
+    assert!(out.contains("completed OK"), "{out}");
+}
+
+/// Given a completion queue, then its descriptor is readable (poll(2)) exactly while a
+/// completion waits; collecting without waiting returns at once; bad input is refused.
+#[test]
+fn the_queue_descriptor_is_readable_exactly_while_completions_wait() {
+    let worker = WorkerProcess::plaintext();
+    run_case("queue-fd", &[&worker.address]);
+}
+
+/// Given calls started without blocking, then a cancel during or right after the start
+/// completes them at once with WOOL_STATUS_CANCELLED, a cancel after completion or of an
+/// unknown id changes nothing, and a stop started without blocking retires the worker.
+#[test]
+fn started_calls_cancel_before_during_and_after_completion() {
+    let (_silent, silent) = silent_peer();
+    let mut worker = WorkerProcess::plaintext();
+    run_case("queue-cancel", &[&silent, &worker.address]);
+    assert_eq!(worker.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
+/// Given a queue with 200 calls in flight, when it is freed, then nothing crashes, hangs or
+/// leaks; given a handle freed while its 50 calls are in flight, then they all complete.
+#[test]
+fn freeing_a_queue_or_a_handle_with_calls_in_flight_is_defined() {
+    let (_silent, silent) = silent_peer();
+    let worker = WorkerProcess::plaintext();
+    run_case("queue-free", &[&silent, &worker.address]);
+}
+
+/// Given 1,000 handles (a live worker's, a worker without idle, a silent peer, a NULL), when
+/// wool_idle_many polls them with one deadline and 64 in flight, then each gets its own
+/// status, seconds and code.
+#[test]
+fn one_call_polls_a_fleet_with_one_deadline() {
+    let worker = WorkerProcess::plaintext();
+    let runtime = rust_side_runtime();
+    let (legacy, server) = runtime.block_on(common::serve_legacy_worker());
+    let (_silent, silent) = silent_peer();
+    // A deadline the live polls meet even under valgrind's hundredfold slowdown.
+    let deadline = if under_valgrind() { "30" } else { "2" };
+    let out = run_case("idle-many", &[&worker.address, &legacy, &silent, deadline]);
+    assert!(out.contains("in one call"), "{out}");
+    server.abort();
+}
+
 // ---- the C example ---------------------------------------------------------------------------
 
 /// Given a worker with a short task in flight, when examples/c/poll_then_retire polls it every

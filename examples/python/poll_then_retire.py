@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Poll a Wool worker's idle time and retire it once it has been idle long enough.
 
+    pip install bindings/python        # once, from the repository root (needs Rust)
     python examples/python/poll_then_retire.py 127.0.0.1:50051 --interval 0.5 --threshold 2
 
 Prints one line per reading, then retires the worker (stop with --grace) once idle reaches
@@ -8,8 +9,10 @@ Prints one line per reading, then retires the worker (stop with --grace) once id
 (a transient failure); one that predates the idle RPC cannot be judged and is left alone.
 
 Exit status: 0 once the worker was retired; 1 on any other failure; 2 for bad usage.
-libwool is found by libwool.load: --libwool PATH, else $LIBWOOL_PATH, else this repository's
-target/release or target/debug build.
+The libwool package is the installed one, else (none installed) this checkout's
+bindings/python. The library is found by libwool.load: --libwool PATH, else $LIBWOOL_PATH,
+else the copy bundled in the installed package, else this repository's target/release or
+target/debug build (`cargo build --lib --features capi`).
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the libwool package beside this file
-
-import libwool  # noqa: E402
+try:
+    import libwool
+except ImportError:  # not installed: the package in this checkout (bindings/python)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bindings" / "python"))
+    import libwool
 
 
 def credentials(args: argparse.Namespace) -> libwool.WorkerCredentials | None:

@@ -34,6 +34,9 @@ pub enum ErrorKind {
     Rpc,
     /// A dispatched task was refused (`nack`) or its routine failed (`exception`).
     Routine,
+    /// The caller cancelled the call before it completed (C `wool_cancel`); its HTTP/2 stream
+    /// was reset.
+    Cancelled,
 }
 
 impl ErrorKind {
@@ -46,6 +49,7 @@ impl ErrorKind {
             ErrorKind::Handshake => "handshake",
             ErrorKind::Rpc => "rpc error",
             ErrorKind::Routine => "routine error",
+            ErrorKind::Cancelled => "cancelled",
         }
     }
 }

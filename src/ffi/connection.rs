@@ -24,6 +24,11 @@ impl wool_connection {
             inner: Arc::new(inner),
         }
     }
+
+    /// The connection, shared with a call that may outlive this handle.
+    pub(crate) fn shared(&self) -> Arc<WorkerConnection> {
+        Arc::clone(&self.inner)
+    }
 }
 
 /// Makes a handle to the worker at `target` and writes it to `*out`, with Wool's default

@@ -80,7 +80,7 @@ pub extern "C" fn wool_last_rpc_code() -> i32 {
 }
 
 /// The largest `n <= limit` at which `text` can be cut without splitting a character.
-fn floor_char_boundary(text: &str, limit: usize) -> usize {
+pub(crate) fn floor_char_boundary(text: &str, limit: usize) -> usize {
     if limit >= text.len() {
         return text.len();
     }

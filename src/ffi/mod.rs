@@ -11,8 +11,10 @@
 
 pub mod connection;
 pub mod credentials;
+pub mod fleet;
 pub mod last_error;
 pub mod options;
+pub mod queue;
 mod runtime;
 pub mod status;
 
@@ -26,6 +28,7 @@ pub use connection::{wool_connect, wool_connection, wool_free, wool_idle, wool_s
 pub use credentials::{
     wool_credentials, wool_credentials_free, wool_credentials_from_files, wool_credentials_from_pem,
 };
+pub use fleet::wool_idle_many;
 pub use last_error::{wool_last_error, wool_last_rpc_code};
 pub use options::{
     wool_channel_options, wool_channel_options_free, wool_channel_options_new,
@@ -35,6 +38,10 @@ pub use options::{
     wool_channel_options_set_max_pings_without_data,
     wool_channel_options_set_max_receive_message_bytes,
     wool_channel_options_set_max_send_message_bytes, wool_connect_with_options,
+};
+pub use queue::{
+    wool_cancel, wool_completion, wool_idle_start, wool_queue, wool_queue_fd, wool_queue_free,
+    wool_queue_new, wool_queue_next, wool_stop_start, WOOL_COMPLETION_MESSAGE_BYTES,
 };
 pub use status::{wool_status, wool_status_name};
 

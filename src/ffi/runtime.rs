@@ -31,11 +31,29 @@ use tokio::runtime::Runtime;
 use crate::connection::{Error, ErrorKind};
 use crate::process::PerProcess;
 
-/// The runtime of this process, and its blocking calls in progress: while there is one, it
-/// drives the runtime and the housekeeper stays out of its way.
+/// The runtime of this process, its blocking calls in progress (while there is one, it drives
+/// the runtime and the housekeeper stays out of its way), and the driver of started calls.
 struct LibraryRuntime {
     runtime: Runtime,
     active_calls: AtomicUsize,
+    driver: Driver,
+}
+
+/// Drives the runtime while calls started without blocking (`wool_*_start`, a completion
+/// queue) are in flight: a thread of the library, started on first use, that sleeps while
+/// there are none. No host thread waits in the library for those calls (a host may be waiting
+/// on the queue's descriptor in its own event loop), so this thread does their I/O. Blocking
+/// calls made meanwhile still run their own futures on their callers' threads; the driver does
+/// the socket I/O for all.
+struct Driver {
+    /// Started calls not yet finished (their futures not yet dropped).
+    in_flight: AtomicUsize,
+    /// Wakes the driver thread when calls are started while it sleeps.
+    wake: std::sync::Condvar,
+    sleeping: std::sync::Mutex<bool>,
+    /// Tells the driving loop that the last started call finished.
+    drained: tokio::sync::Notify,
+    started: std::sync::Once,
 }
 
 static RUNTIME: PerProcess<LibraryRuntime> = PerProcess::new();
@@ -51,6 +69,13 @@ fn library() -> Result<&'static LibraryRuntime, Error> {
             Ok(LibraryRuntime {
                 runtime: build()?,
                 active_calls: AtomicUsize::new(0),
+                driver: Driver {
+                    in_flight: AtomicUsize::new(0),
+                    wake: std::sync::Condvar::new(),
+                    sleeping: std::sync::Mutex::new(false),
+                    drained: tokio::sync::Notify::new(),
+                    started: std::sync::Once::new(),
+                },
             })
         },
         |_| start_housekeeper(),
@@ -105,6 +130,78 @@ where
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     })
+}
+
+/// Starts `future` on the library's runtime without blocking; the driver thread runs it (see
+/// [`Driver`]). Returns the task's abort handle: aborting drops the future (an RPC's HTTP/2
+/// stream is then reset).
+///
+/// Errors: as [`block_on`]'s runtime start.
+pub(crate) fn spawn<F>(future: F) -> Result<tokio::task::AbortHandle, Error>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let library = library()?;
+    let driver = &library.driver;
+    driver.in_flight.fetch_add(1, Ordering::AcqRel);
+    let counted = StartedCall(driver);
+    let task = library.runtime.spawn(async move {
+        let _counted = counted;
+        future.await;
+    });
+    driver.started.call_once(|| start_driver(library));
+    let mut sleeping = driver
+        .sleeping
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if *sleeping {
+        *sleeping = false;
+        driver.wake.notify_one();
+    }
+    Ok(task.abort_handle())
+}
+
+/// Counts one started call until its future is dropped (finished or aborted).
+struct StartedCall(&'static Driver);
+
+impl Drop for StartedCall {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.drained.notify_one();
+        }
+    }
+}
+
+/// The driver thread: drives the runtime while started calls are in flight, sleeps otherwise.
+fn start_driver(library: &'static LibraryRuntime) {
+    let driver = &library.driver;
+    let started = std::thread::Builder::new()
+        .name("wool-driver".into())
+        .spawn(move || loop {
+            library.runtime.block_on(async {
+                while driver.in_flight.load(Ordering::Acquire) > 0 {
+                    // A bounded wait: a wake-up lost to a race costs at most this long.
+                    let _ =
+                        tokio::time::timeout(Duration::from_millis(100), driver.drained.notified())
+                            .await;
+                }
+            });
+            let mut sleeping = driver
+                .sleeping
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            *sleeping = true;
+            while *sleeping && driver.in_flight.load(Ordering::Acquire) == 0 {
+                sleeping = driver
+                    .wake
+                    .wait(sleeping)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+            }
+            *sleeping = false;
+        });
+    if let Err(error) = started {
+        tracing::error!("libwool: cannot start the driver thread ({error}); started calls wait for the next blocking call or housekeeping turn");
+    }
 }
 
 /// Counts one blocking call for as long as it lives (a panic included).

@@ -29,6 +29,9 @@ pub enum wool_status {
     RpcError = 5,
     /// A bug inside the library, caught at the boundary; the last error holds the panic message.
     Panic = 6,
+    /// The call was cancelled by the caller (wool_cancel) before it completed; its HTTP/2
+    /// stream was reset.
+    Cancelled = 7,
 }
 
 impl wool_status {
@@ -42,6 +45,7 @@ impl wool_status {
             wool_status::Handshake => c"WOOL_STATUS_HANDSHAKE",
             wool_status::RpcError => c"WOOL_STATUS_RPC_ERROR",
             wool_status::Panic => c"WOOL_STATUS_PANIC",
+            wool_status::Cancelled => c"WOOL_STATUS_CANCELLED",
         }
     }
 
@@ -55,6 +59,7 @@ impl wool_status {
             4 => wool_status::Handshake,
             5 => wool_status::RpcError,
             6 => wool_status::Panic,
+            7 => wool_status::Cancelled,
             _ => return None,
         })
     }
@@ -67,6 +72,7 @@ impl From<ErrorKind> for wool_status {
             ErrorKind::IdleUnavailable => wool_status::IdleUnavailable,
             ErrorKind::Transient => wool_status::Transient,
             ErrorKind::Handshake => wool_status::Handshake,
+            ErrorKind::Cancelled => wool_status::Cancelled,
             // No C call dispatches routines; should one ever fail that way, it is an RPC error.
             ErrorKind::Rpc | ErrorKind::Routine => wool_status::RpcError,
         }

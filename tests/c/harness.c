@@ -11,6 +11,7 @@
 #include "wool.h"
 
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -653,6 +654,248 @@ static int case_fork(int argc, char **argv) {
     return 0;
 }
 
+/* ---- completion queue ------------------------------------------------------------------ */
+
+/* Collects completions until `want` have arrived (or `limit` seconds pass); returns how many. */
+static size_t collect(wool_queue *queue, wool_completion *out, size_t want, double limit) {
+    size_t got = 0;
+    double started = now();
+    while (got < want && now() - started < limit) {
+        size_t count = 0;
+        CHECK_STATUS(wool_queue_next(queue, out + got, want - got, 1.0, &count), WOOL_STATUS_OK);
+        got += count;
+    }
+    return got;
+}
+
+/* Whether the queue's descriptor is readable within `wait_ms` (poll(2)). */
+static int fd_readable(const wool_queue *queue, int wait_ms) {
+    struct pollfd watched = {wool_queue_fd(queue), POLLIN, 0};
+    CHECK(watched.fd >= 0);
+    int ready = poll(&watched, 1, wait_ms);
+    CHECK(ready >= 0);
+    return ready == 1 && (watched.revents & POLLIN);
+}
+
+/*
+ * queue-many WORKER COUNT: one thread starts COUNT idle polls on one handle without blocking,
+ * then collects them all: every tag once, all OK, 0 failures.
+ */
+static int case_queue_many(int argc, char **argv) {
+    CHECK(argc == 2);
+    size_t count = (size_t)atol(argv[1]);
+    CHECK(count > 0);
+    wool_connection *conn = connect_plaintext(argv[0]);
+    wool_queue *queue = NULL;
+    CHECK_STATUS(wool_queue_new(&queue), WOOL_STATUS_OK);
+    double started = now();
+    for (size_t i = 0; i < count; i++) {
+        uint64_t call = 0;
+        CHECK_STATUS(wool_idle_start(conn, queue, 30.0, 1000000 + i, &call), WOOL_STATUS_OK);
+        CHECK(call != 0);
+    }
+    double all_started = now() - started;
+    wool_completion *done = calloc(count, sizeof *done);
+    unsigned char *seen = calloc(count, 1);
+    CHECK(done != NULL && seen != NULL);
+    size_t got = collect(queue, done, count, 60.0);
+    CHECK(got == count);
+    size_t failures = 0;
+    for (size_t i = 0; i < got; i++) {
+        CHECK(done[i].tag >= 1000000 && done[i].tag < 1000000 + count);
+        CHECK(!seen[done[i].tag - 1000000]);
+        seen[done[i].tag - 1000000] = 1;
+        if (done[i].status != WOOL_STATUS_OK || done[i].seconds < 0.0) {
+            if (failures++ == 0) fprintf(stderr, "first failure: %s\n", done[i].message);
+        }
+    }
+    CHECK(failures == 0);
+    CHECK(!fd_readable(queue, 0)); /* all collected: the descriptor is quiet */
+    printf("queue-many: %zu polls started in %.3f s from one thread, all %zu completed OK in "
+           "%.3f s\n", count, all_started, got, now() - started);
+    free(done);
+    free(seen);
+    wool_queue_free(queue);
+    wool_free(conn);
+    return 0;
+}
+
+/*
+ * queue-fd WORKER: the descriptor is readable exactly while completions wait (poll(2)).
+ */
+static int case_queue_fd(int argc, char **argv) {
+    CHECK(argc == 1);
+    wool_connection *conn = connect_plaintext(argv[0]);
+    wool_queue *queue = NULL;
+    CHECK_STATUS(wool_queue_new(&queue), WOOL_STATUS_OK);
+    CHECK(!fd_readable(queue, 0));
+    uint64_t call = 0;
+    CHECK_STATUS(wool_idle_start(conn, queue, 10.0, 7, &call), WOOL_STATUS_OK);
+    CHECK(fd_readable(queue, 10000));
+    CHECK(fd_readable(queue, 0)); /* level-triggered: still readable until collected */
+    wool_completion done[4];
+    size_t count = 0;
+    CHECK_STATUS(wool_queue_next(queue, done, 4, 0.0, &count), WOOL_STATUS_OK);
+    CHECK(count == 1 && done[0].tag == 7 && done[0].call == call);
+    CHECK(done[0].status == WOOL_STATUS_OK && done[0].seconds >= 0.0 && done[0].message[0] == 0);
+    CHECK(!fd_readable(queue, 0));
+    CHECK_STATUS(wool_queue_next(queue, done, 4, 0.0, &count), WOOL_STATUS_OK);
+    CHECK(count == 0); /* nothing waits: returns at once */
+    double started = now();
+    CHECK_STATUS(wool_queue_next(queue, done, 4, 0.2, &count), WOOL_STATUS_OK);
+    CHECK(count == 0 && now() - started >= 0.19);
+    /* bad input */
+    EXPECT_INVALID(wool_queue_new(NULL), "out is NULL");
+    EXPECT_INVALID(wool_queue_next(queue, NULL, 4, 0.0, &count), "out is NULL");
+    EXPECT_INVALID(wool_queue_next(queue, done, 4, NAN, &count), "timeout");
+    EXPECT_INVALID(wool_queue_next(queue, done, 4, -1.0, &count), "timeout");
+    EXPECT_INVALID(wool_queue_next(NULL, done, 4, 0.0, &count), "queue is NULL");
+    EXPECT_INVALID(wool_idle_start(conn, NULL, 1.0, 1, &call), "queue is NULL");
+    EXPECT_INVALID(wool_idle_start(NULL, queue, 1.0, 1, &call), "conn is NULL");
+    EXPECT_INVALID(wool_idle_start(conn, queue, 0.0, 1, &call), "timeout");
+    EXPECT_INVALID(wool_idle_start(conn, queue, 1.0, 1, NULL), "out_call is NULL");
+    EXPECT_INVALID(wool_stop_start(conn, queue, NAN, 1.0, 1, &call), "grace");
+    EXPECT_INVALID(wool_cancel(NULL, call), "queue is NULL");
+    CHECK(wool_queue_fd(NULL) == -1);
+    CHECK_STATUS(wool_queue_next(queue, done, 4, 0.0, &count), WOOL_STATUS_OK);
+    CHECK(count == 0); /* the refused starts started nothing */
+    printf("queue-fd: readable exactly while a completion waited\n");
+    wool_queue_free(queue);
+    wool_queue_free(NULL);
+    wool_free(conn);
+    return 0;
+}
+
+/*
+ * queue-cancel SILENT WORKER: cancel before any answer (SILENT never answers) completes the
+ * call at once with WOOL_STATUS_CANCELLED; cancelling a completed call or an unknown id
+ * changes nothing; a stop started without blocking retires WORKER.
+ */
+static int case_queue_cancel(int argc, char **argv) {
+    CHECK(argc == 2);
+    wool_connection *silent = connect_plaintext(argv[0]);
+    wool_connection *conn = connect_plaintext(argv[1]);
+    wool_queue *queue = NULL;
+    CHECK_STATUS(wool_queue_new(&queue), WOOL_STATUS_OK);
+    wool_completion done[4];
+    size_t count = 0;
+    /* during: the call is waiting for an answer that never comes */
+    uint64_t hanging = 0;
+    CHECK_STATUS(wool_idle_start(silent, queue, INFINITY, 1, &hanging), WOOL_STATUS_OK);
+    sleep_seconds(0.3);
+    double started = now();
+    CHECK_STATUS(wool_cancel(queue, hanging), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_queue_next(queue, done, 4, 0.0, &count), WOOL_STATUS_OK);
+    CHECK(count == 1 && done[0].tag == 1 && done[0].status == WOOL_STATUS_CANCELLED);
+    CHECK(done[0].rpc_code == 1 && strstr(done[0].message, "cancel") != NULL);
+    CHECK(now() - started < 1.0);
+    /* before: cancelled right after starting */
+    uint64_t early = 0;
+    CHECK_STATUS(wool_idle_start(conn, queue, 10.0, 2, &early), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_cancel(queue, early), WOOL_STATUS_OK);
+    CHECK(collect(queue, done, 1, 10.0) == 1);
+    CHECK(done[0].tag == 2 && done[0].status == WOOL_STATUS_CANCELLED);
+    /* after: completed first, then cancelled: nothing more arrives */
+    uint64_t finished = 0;
+    CHECK_STATUS(wool_idle_start(conn, queue, 10.0, 3, &finished), WOOL_STATUS_OK);
+    CHECK(collect(queue, done, 1, 10.0) == 1);
+    CHECK(done[0].tag == 3 && done[0].status == WOOL_STATUS_OK);
+    CHECK_STATUS(wool_cancel(queue, finished), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_cancel(queue, 987654321), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_queue_next(queue, done, 4, 0.3, &count), WOOL_STATUS_OK);
+    CHECK(count == 0);
+    /* a stop, without blocking */
+    uint64_t stop = 0;
+    CHECK_STATUS(wool_stop_start(conn, queue, 0.0, 10.0, 4, &stop), WOOL_STATUS_OK);
+    CHECK(collect(queue, done, 1, 15.0) == 1);
+    CHECK(done[0].tag == 4 && done[0].status == WOOL_STATUS_OK);
+    printf("queue-cancel: cancelled during (%.3f s) and before; after and unknown ids ignored; "
+           "stop completed\n", now() - started);
+    wool_queue_free(queue);
+    wool_free(silent);
+    wool_free(conn);
+    return 0;
+}
+
+/*
+ * queue-free SILENT WORKER: a queue freed with calls in flight (to a peer that never answers
+ * and to a live worker), and a handle freed while its calls are in flight (they complete).
+ */
+static int case_queue_free(int argc, char **argv) {
+    CHECK(argc == 2);
+    wool_queue *doomed = NULL, *queue = NULL;
+    CHECK_STATUS(wool_queue_new(&doomed), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_queue_new(&queue), WOOL_STATUS_OK);
+    wool_connection *silent = connect_plaintext(argv[0]);
+    wool_connection *conn = connect_plaintext(argv[1]);
+    uint64_t call = 0;
+    for (int i = 0; i < 100; i++) {
+        CHECK_STATUS(wool_idle_start(silent, doomed, INFINITY, (uint64_t)i, &call), WOOL_STATUS_OK);
+        CHECK_STATUS(wool_idle_start(conn, doomed, 10.0, (uint64_t)i, &call), WOOL_STATUS_OK);
+    }
+    wool_queue_free(doomed); /* cancels what is in flight, discards the rest */
+    for (int i = 0; i < 50; i++) {
+        CHECK_STATUS(wool_idle_start(conn, queue, 10.0, (uint64_t)i, &call), WOOL_STATUS_OK);
+    }
+    wool_free(conn); /* the calls in flight keep what they need */
+    wool_completion done[50];
+    CHECK(collect(queue, done, 50, 20.0) == 50);
+    for (int i = 0; i < 50; i++) CHECK(done[i].status == WOOL_STATUS_OK);
+    wool_queue_free(queue);
+    wool_free(silent);
+    sleep_seconds(0.3); /* let the runtime drop the aborted calls before the leak check */
+    printf("queue-free: a queue freed with 200 calls in flight; a handle freed under 50 calls "
+           "that all completed\n");
+    return 0;
+}
+
+/*
+ * idle-many WORKER LEGACY SILENT DEADLINE: one blocking call polls a fleet: the live worker's
+ * handle (several times), a worker without idle, a silent peer, and a NULL handle.
+ */
+static int case_idle_many(int argc, char **argv) {
+    CHECK(argc == 4);
+    double deadline = atof(argv[3]);
+    CHECK(deadline > 0.0);
+    wool_connection *conn = connect_plaintext(argv[0]);
+    wool_connection *legacy = connect_plaintext(argv[1]);
+    wool_connection *silent = connect_plaintext(argv[2]);
+    enum { N = 1000 };
+    const wool_connection **fleet = calloc(N, sizeof *fleet);
+    double *seconds = calloc(N, sizeof *seconds);
+    wool_status *statuses = calloc(N, sizeof *statuses);
+    int32_t *codes = calloc(N, sizeof *codes);
+    CHECK(fleet && seconds && statuses && codes);
+    for (int i = 0; i < N; i++) fleet[i] = conn;
+    fleet[1] = legacy;
+    fleet[2] = silent;
+    fleet[3] = NULL;
+    double started = now();
+    CHECK_STATUS(wool_idle_many(fleet, N, deadline, 64, seconds, statuses, codes), WOOL_STATUS_OK);
+    double took = now() - started;
+    CHECK(statuses[0] == WOOL_STATUS_OK && seconds[0] >= 0.0 && codes[0] == -1);
+    CHECK(statuses[1] == WOOL_STATUS_IDLE_UNAVAILABLE && codes[1] == 12 && isnan(seconds[1]));
+    CHECK(statuses[2] == WOOL_STATUS_TRANSIENT && codes[2] == 4);
+    CHECK(statuses[3] == WOOL_STATUS_INVALID_ARGUMENT);
+    for (int i = 4; i < N; i++) CHECK(statuses[i] == WOOL_STATUS_OK);
+    CHECK(took < deadline + 30.0);
+    EXPECT_INVALID(wool_idle_many(fleet, N, 2.0, 0, seconds, statuses, NULL), "max_in_flight");
+    EXPECT_INVALID(wool_idle_many(NULL, N, 2.0, 8, seconds, statuses, NULL), "NULL");
+    EXPECT_INVALID(wool_idle_many(fleet, N, 0.0, 8, seconds, statuses, NULL), "timeout");
+    CHECK_STATUS(wool_idle_many(NULL, 0, 1.0, 8, NULL, NULL, NULL), WOOL_STATUS_OK);
+    printf("idle-many: %d handles in one call (64 in flight, %g s deadline) in %.3f s: live OK, "
+           "legacy IDLE_UNAVAILABLE, silent TRANSIENT (deadline), NULL INVALID_ARGUMENT\n", N,
+           deadline, took);
+    free(fleet);
+    free(seconds);
+    free(statuses);
+    free(codes);
+    wool_free(conn);
+    wool_free(legacy);
+    wool_free(silent);
+    return 0;
+}
+
 /*
  * version CARGO_VERSION: the header's version macros agree with each other, with
  * wool_version() (the library this program runs against) and with Cargo.toml's version.
@@ -818,6 +1061,11 @@ static const struct named_case cases[] = {
     {"frozen", case_frozen},
     {"options", case_options},
     {"version", case_version},
+    {"queue-many", case_queue_many},
+    {"queue-fd", case_queue_fd},
+    {"queue-cancel", case_queue_cancel},
+    {"queue-free", case_queue_free},
+    {"idle-many", case_idle_many},
     {"one-way", case_one_way},
     {"stop-grace", case_stop_grace},
 };

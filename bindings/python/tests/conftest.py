@@ -2,11 +2,12 @@
 
 Run with the wool 0.15.7 venv (scripts/setup-venvs.sh), from the repository root:
 
-    target/venvs/wool-0.15.7/bin/python -m pytest examples/python/tests
+    target/venvs/wool-0.15.7/bin/python -m pytest bindings/python/tests
 
 or everything at once: scripts/python-test.sh. The library tested is ``$LIBWOOL_PATH`` when
-set, else target/debug/libwool.so (what `cargo build` made); the reference worker is
-``$WOOL_WORKER`` when set, else target/debug/wool-worker.
+set, else target/debug/libwool.so (what ``cargo build --lib --features capi`` made); the
+reference worker is ``$WOOL_WORKER`` when set, else target/debug/wool-worker. test_install.py
+(marker ``install``) builds and installs the package itself into a fresh virtual environment.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def spawn() -> Iterator[Callable[..., Process]]:
 def spawn_worker(spawn) -> Callable[..., Process]:
     """Start libwool's reference worker (target/debug/wool-worker) with extra arguments."""
     if not WOOL_WORKER.exists():
-        pytest.fail(f"{WOOL_WORKER} is missing: run `cargo build`")
+        pytest.fail(f"{WOOL_WORKER} is missing: run `cargo build --bin wool-worker`")
     return lambda *args: spawn([WOOL_WORKER, *args], start_timeout=15.0)
 
 

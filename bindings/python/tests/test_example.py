@@ -6,9 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import LIBRARY
+from conftest import LIBRARY, ROOT
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "poll_then_retire.py"
+EXAMPLE = ROOT / "examples" / "python" / "poll_then_retire.py"
 
 
 def test_poll_then_retire_retires_a_worker_once_idle_long_enough(worker):

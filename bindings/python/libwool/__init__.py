@@ -1,4 +1,4 @@
-"""Poll a Wool worker's idle time and retire it, through libwool's C API (ctypes, no build step).
+"""Poll a Wool worker's idle time and retire it, through libwool's C API (ctypes).
 
     import libwool
 
@@ -31,8 +31,10 @@ After ``os.fork()`` (or ``multiprocessing`` with the ``"fork"`` start method) th
 the connections it inherited and make new ones: libwool builds the child a runtime and pool of
 its own and redials, leaving the parent's untouched.
 
-The library is found by `load`: an explicit path, else ``$LIBWOOL_PATH``, else this
-repository's ``target/release`` then ``target/debug`` build.
+The library is found by `load`: an explicit path, else ``$LIBWOOL_PATH``, else the copy
+bundled in this package by ``pip install bindings/python`` (from a checkout; needs Rust),
+else, for the package used in place in a checkout, that repository's ``target/release`` then
+``target/debug`` build (``cargo build --lib --features capi``).
 """
 
 from __future__ import annotations

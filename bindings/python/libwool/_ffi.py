@@ -11,6 +11,7 @@ a thread blocked in `wool_idle` or `wool_stop` does not stop other Python thread
 from __future__ import annotations
 
 import ctypes
+import importlib.machinery
 import os
 import sys
 import threading
@@ -183,10 +184,27 @@ def _library_file_name() -> str:
     return "libwool.so"
 
 
+#: The bundled library's file name without its suffix, inside this package (a wheel built by
+#: ``pip install bindings/python`` puts libwool's cdylib there: setup.py).
+BUNDLED_STEM = "_libwool"
+
+
+def bundled_candidates() -> list[Path]:
+    """Where a wheel (or an editable install) put the library, beside this module:
+    ``_libwool.abi3.so`` and the other suffixes setuptools may give it, in the order the
+    interpreter itself prefers them (``importlib.machinery.EXTENSION_SUFFIXES``)."""
+    here = Path(__file__).resolve().parent
+    return [here / (BUNDLED_STEM + suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+
+
 def repo_candidates() -> list[Path]:
-    """This checkout's cargo outputs, release before debug (examples/python/libwool/ is
-    three levels below the repository root)."""
-    root = Path(__file__).resolve().parents[3]
+    """A development fallback: this checkout's cargo outputs, release before debug, when this
+    package is being used from its place in the repository (bindings/python/libwool/, three
+    levels below the root); none for an installed copy."""
+    package = Path(__file__).resolve().parent
+    root = package.parents[2]
+    if package.parent.parent.name != "bindings" or not (root / "Cargo.toml").is_file():
+        return []
     name = _library_file_name()
     return [root / "target" / "release" / name, root / "target" / "debug" / name]
 
@@ -220,20 +238,27 @@ def load(path: str | os.PathLike[str] | None = None) -> Library:
 
     Where it looks, first match only (an explicit choice that fails is an error, never a
     silent fallback): `path` when given; else the file named by the ``LIBWOOL_PATH``
-    environment variable when set; else this repository's ``target/release`` then
-    ``target/debug`` build.
+    environment variable when set; else the library bundled in this package (what
+    ``pip install bindings/python`` built); else, for the package used in place in a
+    checkout, the repository's ``target/release`` then ``target/debug`` build.
 
     :raises LibraryNotFound: (an `OSError`) naming each place tried and why it failed.
     """
     global _default
     searching = path is None and not os.environ.get(ENV_VAR)
+    bundled: list[Path] = []
     if path is not None:
         tried = [(f"argument path={os.fspath(path)!r}", os.fspath(path))]
     elif os.environ.get(ENV_VAR):
         tried = [(f"${ENV_VAR}={os.environ[ENV_VAR]!r}", os.environ[ENV_VAR])]
     else:
-        tried = [(f"repository build {p}", str(p)) for p in repo_candidates()]
+        bundled = [p for p in bundled_candidates() if p.exists()]
+        tried = [(f"bundled {p}", str(p)) for p in bundled]
+        tried += [(f"repository build {p}", str(p)) for p in repo_candidates()]
     failures = []
+    if searching and not bundled:
+        here = Path(__file__).resolve().parent
+        failures.append(f"bundled {here / BUNDLED_STEM}.*: none (this copy was not built with it)")
     for label, candidate in tried:
         if searching and not os.path.exists(candidate):
             failures.append(f"{label}: no such file")
@@ -247,7 +272,9 @@ def load(path: str | os.PathLike[str] | None = None) -> Library:
             _default = library
         return library
     hint = (
-        f"pass libwool.load(path), set {ENV_VAR}, or build the library with `cargo build`"
+        f"install the package with the library bundled (`pip install bindings/python` in a "
+        f"checkout; needs Rust), pass libwool.load(path), set {ENV_VAR}, or build the "
+        f"library in the checkout with `cargo build --lib --features capi`"
     )
     raise LibraryNotFound(
         "libwool not found; tried:\n  " + "\n  ".join(failures) + f"\n({hint})"

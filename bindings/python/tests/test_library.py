@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -32,17 +37,63 @@ def test_load_follows_the_environment_variable_and_names_it(tmp_path, monkeypatc
     assert str(missing) in str(caught.value)
 
 
-def test_load_searches_release_then_debug_and_lists_both(tmp_path, monkeypatch):
-    # Given no argument, no LIBWOOL_PATH and no repository build,
-    # Then the error lists target/release before target/debug, and how to fix it.
+def test_load_searches_bundled_then_release_then_debug_and_lists_them(tmp_path, monkeypatch):
+    # Given no argument, no LIBWOOL_PATH, no bundled library and no repository build,
+    # Then the error lists the bundled place, then target/release before target/debug, and
+    # how to fix it.
     monkeypatch.delenv("LIBWOOL_PATH", raising=False)
+    bundled = tmp_path / "pkg" / "_libwool.abi3.so"
     release, debug = tmp_path / "release" / "libwool.so", tmp_path / "debug" / "libwool.so"
+    monkeypatch.setattr(_ffi, "bundled_candidates", lambda: [bundled])
     monkeypatch.setattr(_ffi, "repo_candidates", lambda: [release, debug])
     with pytest.raises(libwool.LibraryNotFound) as caught:
         libwool.load()
     message = str(caught.value)
-    assert message.index(str(release)) < message.index(str(debug))
-    assert "cargo build" in message
+    assert "bundled" in message
+    assert message.index("bundled") < message.index(str(release)) < message.index(str(debug))
+    assert "pip install bindings/python" in message
+    assert "cargo build --lib --features capi" in message
+
+
+def test_load_prefers_the_bundled_library_to_the_repository_build(tmp_path, monkeypatch):
+    # Given a library bundled in the package (here: a link to the one under test, so that
+    # no second copy is loaded into this process) and no LIBWOOL_PATH,
+    # When load searches, Then it takes the bundled one, never reaching the repository's.
+    monkeypatch.delenv("LIBWOOL_PATH", raising=False)
+    monkeypatch.setattr(_ffi, "_default", LIBRARY)  # restored afterwards
+    bundled = tmp_path / "_libwool.abi3.so"
+    bundled.symlink_to(LIBRARY.path)
+    unreachable = tmp_path / "repository" / "libwool.so"
+    monkeypatch.setattr(_ffi, "bundled_candidates", lambda: [tmp_path / "_libwool.so", bundled])
+    monkeypatch.setattr(_ffi, "repo_candidates", lambda: [unreachable])
+    assert libwool.load() is LIBRARY
+
+
+def test_the_environment_variable_overrides_the_bundled_library(tmp_path, monkeypatch):
+    # Given a bundled library and LIBWOOL_PATH naming a missing file,
+    # Then load fails on LIBWOOL_PATH: it never falls back to the bundled one.
+    bundled = tmp_path / "_libwool.abi3.so"
+    bundled.symlink_to(LIBRARY.path)
+    monkeypatch.setattr(_ffi, "bundled_candidates", lambda: [bundled])
+    monkeypatch.setenv("LIBWOOL_PATH", str(tmp_path / "elsewhere.so"))
+    with pytest.raises(libwool.LibraryNotFound, match=r"\$LIBWOOL_PATH=") as caught:
+        libwool.load()
+    assert "bundled" not in str(caught.value)
+
+
+def test_an_installed_copy_has_no_repository_fallback(tmp_path, monkeypatch):
+    # Given the package copied out of the checkout (as into site-packages),
+    # Then it looks for no repository build, only for its bundled library.
+    shutil.copytree(Path(_ffi.__file__).parent, tmp_path / "libwool")
+    run = subprocess.run(
+        [sys.executable, "-c",
+         "from libwool import _ffi; print(_ffi.repo_candidates()); "
+         "print(_ffi.bundled_candidates()[0].parent)"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=30,
+        env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LIBWOOL_PATH")},
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["[]", str((tmp_path / "libwool").resolve())]
 
 
 def test_load_refuses_a_file_that_is_not_a_library(tmp_path):
