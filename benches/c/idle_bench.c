@@ -6,6 +6,10 @@
  *                                             (threads are capped at 256: see BENCHMARKS.md)
  *   idle_bench handles ADDR N                 N handles (wool_connect), each polled once; prints
  *                                             "ready {...}" and waits for a line on stdin
+ *   idle_bench queue   ADDR LEVELS SECONDS    ONE thread keeping N polls in flight on ONE handle
+ *                                             through a completion queue (wool_idle_start)
+ *   idle_bench many    ADDRFILE MAX SWEEPS    wool_idle_many over every address in ADDRFILE (one
+ *                                             handle each), MAX in flight: 1 cold + SWEEPS warm
  *
  * Prints one line of JSON on stdout. Not a test: nothing here asserts on time.
  * Build: cc -O2 -Iinclude benches/c/idle_bench.c -Ltarget/release -Wl,-rpath,... -lwool -lpthread
@@ -192,12 +196,109 @@ static int handles(const char *addr, size_t n) {
     return 0;
 }
 
+/* Keeps `level` idle polls in flight from this one thread for `seconds`: each completion
+ * collected is replaced by a new start at once. */
+static int queue(const char *addr, const char *levels, double seconds) {
+    wool_connection *conn;
+    wool_status s = wool_connect(addr, NULL, &conn);
+    if (s != WOOL_STATUS_OK) die("wool_connect", s);
+    double idle;
+    if ((s = wool_idle(conn, 10.0, &idle)) != WOOL_STATUS_OK) die("wool_idle", s);
+    wool_queue *q;
+    if ((s = wool_queue_new(&q)) != WOOL_STATUS_OK) die("wool_queue_new", s);
+    enum { BATCH = 1024 };
+    wool_completion *done = malloc(BATCH * sizeof *done);
+    printf("{\"levels\":[");
+    char *copy = strdup(levels), *save = NULL, first_error[WOOL_COMPLETION_MESSAGE_BYTES] = "";
+    int first = 1;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long level = atol(tok);
+        if (level < 1) continue;
+        uint64_t ok = 0, failed = 0, call, start = now_ns(), budget = (uint64_t)(seconds * 1e9);
+        long in_flight = 0;
+        for (; in_flight < level; in_flight++)
+            if ((s = wool_idle_start(conn, q, 60.0, 0, &call)) != WOOL_STATUS_OK) die("start", s);
+        int refill = 1;
+        while (in_flight > 0) {
+            size_t n = 0;
+            if ((s = wool_queue_next(q, done, BATCH, INFINITY, &n)) != WOOL_STATUS_OK) die("next", s);
+            in_flight -= (long)n;
+            for (size_t i = 0; i < n; i++) {
+                if (done[i].status == WOOL_STATUS_OK) ok++;
+                else if (failed++ == 0) snprintf(first_error, sizeof first_error, "%s", done[i].message);
+            }
+            if (refill && now_ns() - start >= budget) refill = 0;
+            for (size_t i = 0; refill && i < n; i++, in_flight++)
+                if ((s = wool_idle_start(conn, q, 60.0, 0, &call)) != WOOL_STATUS_OK) die("start", s);
+        }
+        double elapsed = (double)(now_ns() - start) / 1e9;
+        printf("%s{\"concurrency\":%ld,\"bursts\":1,\"ok\":%llu,\"failed\":%llu,"
+               "\"polls_per_s\":%.1f,\"first_error\":",
+               first ? "" : ",", level, (unsigned long long)ok, (unsigned long long)failed,
+               (double)(ok + failed) / elapsed);
+        json_string(first_error);
+        putchar('}');
+        first = 0;
+    }
+    printf("]}\n");
+    free(copy);
+    free(done);
+    wool_queue_free(q);
+    wool_free(conn);
+    return 0;
+}
+
+/* wool_idle_many over the addresses in `file` (one handle each), `max` in flight: one cold
+ * sweep (connections made), then `sweeps` warm ones. Same JSON shape as the Rust sweep. */
+static int many(const char *file, size_t max, size_t sweeps) {
+    FILE *in = fopen(file, "r");
+    if (!in) { perror(file); return 1; }
+    size_t n = 0, cap = 1024;
+    wool_connection **conns = malloc(cap * sizeof *conns);
+    char line[512];
+    while (fgets(line, sizeof line, in)) {
+        line[strcspn(line, "\r\n")] = 0;
+        if (!*line) continue;
+        if (n == cap) conns = realloc(conns, (cap *= 2) * sizeof *conns);
+        wool_status s = wool_connect(line, NULL, &conns[n]);
+        if (s != WOOL_STATUS_OK) die("wool_connect", s);
+        n++;
+    }
+    fclose(in);
+    double *seconds = malloc(n * sizeof *seconds);
+    wool_status *statuses = malloc(n * sizeof *statuses);
+    printf("{\"endpoints\":%zu,\"concurrency\":%zu,", n, max);
+    size_t failures_total = 0;
+    for (size_t sweep = 0; sweep <= sweeps; sweep++) {
+        uint64_t t = now_ns();
+        wool_status s = wool_idle_many((const wool_connection *const *)conns, n, 60.0, max,
+                                       seconds, statuses, NULL);
+        if (s != WOOL_STATUS_OK) die("wool_idle_many", s);
+        double ms = (double)(now_ns() - t) / 1e6;
+        size_t failures = 0;
+        for (size_t i = 0; i < n; i++) failures += statuses[i] != WOOL_STATUS_OK;
+        failures_total += failures;
+        if (sweep == 0) printf("\"cold_ms\":%.2f,\"warm_ms\":[", ms);
+        else printf("%s%.2f", sweep == 1 ? "" : ",", ms);
+    }
+    printf("],\"failures\":[%zu]}\n", failures_total);
+    for (size_t i = 0; i < n; i++) wool_free(conns[i]);
+    free(conns);
+    free(seconds);
+    free(statuses);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 5 && !strcmp(argv[1], "seq"))
         return seq(argv[2], strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10),
                    argc >= 6 ? strtod(argv[5], NULL) : 10.0);
     if (argc >= 5 && !strcmp(argv[1], "burst")) return burst(argv[2], argv[3], atof(argv[4]));
     if (argc >= 4 && !strcmp(argv[1], "handles")) return handles(argv[2], strtoull(argv[3], NULL, 10));
-    fprintf(stderr, "usage: idle_bench seq ADDR N WARMUP | burst ADDR LEVELS SECONDS | handles ADDR N\n");
+    if (argc >= 5 && !strcmp(argv[1], "queue")) return queue(argv[2], argv[3], atof(argv[4]));
+    if (argc >= 5 && !strcmp(argv[1], "many"))
+        return many(argv[2], strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10));
+    fprintf(stderr, "usage: idle_bench seq ADDR N WARMUP | burst ADDR LEVELS SECONDS | handles ADDR N"
+                    " | queue ADDR LEVELS SECONDS | many ADDRFILE MAX SWEEPS\n");
     return 2;
 }
