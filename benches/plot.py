@@ -4,8 +4,8 @@ the matplotlib venv (target/venvs/bench).
 
     python plot.py RESULTS.json OUT.png
 
-Four panels: latency per layer (median bar, p99 tick, the floor as a line); polls/s under
-concurrent bursts on one connection; echo dispatch throughput against Wool's Python worker; and
+Four panels: latency per layer (median bar, p99 tick, the floor as a line; the grpc-go anchor
+(h) when measured); polls/s under concurrent bursts on one connection (grpc-go too, if run); echo dispatch throughput against Wool's Python worker; and
 the issue's targets, met or missed.
 """
 
@@ -24,12 +24,13 @@ OURS = "#1f6fb2"
 OURS_LIGHT = "#7fb3e0"
 WOOL = "#e07b39"
 FLOOR = "#6b6b6b"
+GRPC = "#7d5ba6"  # the grpc-go anchor: a stock gRPC client, neither ours nor Wool's
 GOOD = "#2e8b57"
 BAD = "#c0392b"
 
 
 def latency_panel(ax, seq: dict, pinned: str | None = None, shared: dict | None = None) -> None:
-    order = ["g", "a", "a_mt", "b", "b_mt", "c", "c_uds", "d", "e", "f"]
+    order = ["g", "h", "a", "a_mt", "b", "b_mt", "c", "c_uds", "d", "e", "f"]
     names = {
         "g": "(g) floor: 1-byte TCP ping-pong",
         "a": "(a) raw tonic stub",
@@ -41,12 +42,13 @@ def latency_panel(ax, seq: dict, pinned: str | None = None, shared: dict | None 
         "d": "(d) Go binding",
         "e": "(e) Python ctypes binding",
         "f": "(f) Wool's own Python client",
+        "h": "(h) grpc-go, raw codec (anchor)",
     }
     keys = [k for k in order if k in seq][::-1]
     y = list(range(len(keys)))
     med = [seq[k]["median_us"] for k in keys]
     p99 = [seq[k]["p99_us"] for k in keys]
-    colors = [FLOOR if k == "g" else WOOL if k == "f" else
+    colors = [FLOOR if k == "g" else WOOL if k == "f" else GRPC if k == "h" else
               (OURS if k in ("c", "a") else OURS_LIGHT) for k in keys]
     floor = seq["g"]["median_us"]
     a = seq["a"]["median_us"]
@@ -88,12 +90,14 @@ def concurrency_panel(ax, conc: dict) -> None:
               (f"C threads, one handle (≤{conc['c_max_threads']} threads)", conc["c_threads"],
                OURS_LIGHT),
               ("Wool's Python client, one WorkerConnection", conc["wool_python"], WOOL)]
-    width = 0.26
+    if conc.get("grpc_go"):
+        series.append(("grpc-go goroutines, one ClientConn (anchor)", conc["grpc_go"], GRPC))
+    width = 0.78 / len(series)
     for i, (label, rows, color) in enumerate(series):
         by = {r["concurrency"]: r for r in rows}
         xs, ys, fails = [], [], []
         for j, n in enumerate(levels):
-            x = j + (i - 1) * width
+            x = j + (i - (len(series) - 1) / 2) * width
             if n in by:
                 xs.append(x)
                 ys.append(by[n]["polls_per_s"])
@@ -105,11 +109,13 @@ def concurrency_panel(ax, conc: dict) -> None:
         for bar, v, f in zip(bars, ys, fails):
             txt = f"{v / 1000:.1f}k" + (f"\n{f} failed" if f else "")
             ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), txt, ha="center",
-                    va="bottom", fontsize=7.5, color=BAD if f else "black")
+                    va="bottom", fontsize=7.5 if len(series) <= 3 else 6.5,
+                    color=BAD if f else "black")
     ax.set_xticks(range(len(levels)), [f"{n:,}" for n in levels])
     ax.set_xlabel("concurrent polls in each burst")
     ax.set_ylabel("polls / s")
-    ax.set_ylim(0, ax.get_ylim()[1] * 1.15)
+    # headroom for the legend (one line per series) above the bars
+    ax.set_ylim(0, ax.get_ylim()[1] * (1.15 + 0.1 * max(0, len(series) - 3)))
     ax.set_title("2. Concurrent polls on one connection (0 failures unless marked)", loc="left",
                  fontweight="bold")
     ax.grid(axis="y", alpha=0.3, zorder=0)
@@ -168,8 +174,11 @@ def targets_panel(ax, targets: list[dict]) -> None:
 def main() -> int:
     res = json.loads(open(sys.argv[1]).read())
     out = sys.argv[2]
-    fig = plt.figure(figsize=(16, 11), dpi=110)
-    grid = fig.add_gridspec(2, 2, width_ratios=[1.15, 1], height_ratios=[1, 0.9], hspace=0.32,
+    # The bottom row grows with the targets listed (nine fit the original 11 inches).
+    listed = sum(1 for t in res["targets"] if not t["target"].startswith("  "))
+    bottom = 0.9 * max(1.0, listed / 9)
+    fig = plt.figure(figsize=(16, 11 * (1 + bottom) / 1.9), dpi=110)
+    grid = fig.add_gridspec(2, 2, width_ratios=[1.15, 1], height_ratios=[1, bottom], hspace=0.32,
                             wspace=0.42)
     latency_panel(fig.add_subplot(grid[0, 0]), res["sequential"],
                   res.get("sequential_layout"), res.get("sequential_layouts", {}).get("shared"))
@@ -182,7 +191,10 @@ def main() -> int:
                  "\nratios are what to compare: absolute numbers vary from run to run",
                  fontsize=11)
     fig.legend(handles=[Patch(color=OURS, label="libwool"), Patch(color=WOOL, label="Wool (Python)"),
-                        Patch(color=FLOOR, label="floor")], loc="upper right", ncol=3,
+                        Patch(color=FLOOR, label="floor")]
+               + ([Patch(color=GRPC, label="grpc-go (anchor)")]
+                  if "h" in res["sequential"] or res["concurrency"].get("grpc_go") else []),
+               loc="upper right", ncol=4,
                frameon=False, fontsize=9)
     fig.savefig(out, bbox_inches="tight")
     print(f"wrote {out}", file=sys.stderr)

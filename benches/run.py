@@ -2,7 +2,9 @@
 """The benchmark run behind scripts/bench.sh: starts the workers, runs every driver, collects.
 
 Not meant to be run by hand (scripts/bench.sh builds what it needs and passes the paths), but it
-can be: ``python3 benches/run.py --bench-bin PATH --c-bin DIR --go-bin PATH --wool-python PATH``.
+can be: ``python3 benches/run.py --bench-bin PATH --c-bin DIR --go-bin PATH --wool-python PATH``
+(``--grpc-go-bin PATH``, default target/bench/bin/grpc-go-bench: the grpc-go anchor, layer (h)
+and the "grpc_go" concurrency driver; left out, with a note, when that file does not exist).
 
 Writes target/bench/results.json and prints a markdown table on stdout (progress goes to
 stderr). Nothing here asserts on time: the targets are *reported* (met / missed, with
@@ -222,6 +224,10 @@ def section_sequential(tools: dict, addr: str, worker: Server, rounds: int,
         "f": ("Wool 0.15.7 Python WorkerConnection.idle()",
               [py, ROOT / "benches/python/wool_client_bench.py", "seq", addr, n, warmup], {}),
     }
+    if tools.get("grpc_go"):
+        # The anchor: a stock gRPC client (grpc-go, raw []byte codec, no generated code).
+        layers["h"] = ("grpc-go, raw codec, one ClientConn",
+                       [tools["grpc_go"], "seq", addr, n, warmup], {})
     uds_worker = None
     if CFG["UDS"]:
         sock = OUT / "tmp" / f"wool-bench-{os.getpid()}.sock"
@@ -270,9 +276,12 @@ def section_sequential(tools: dict, addr: str, worker: Server, rounds: int,
                 sum(x["_worker_cpu_s"] for x in rs) / calls * 1e6, 1)
         out[key] = row
     a, g = out["a"]["median_us"], out["g"]["median_us"]
+    h = out["h"]["median_us"] if "h" in out else None
     for row in out.values():
         row["ratio_to_a"] = round(row["median_us"] / a, 2)
         row["ratio_to_g"] = round(row["median_us"] / g, 2)
+        if h:
+            row["ratio_to_h"] = round(row["median_us"] / h, 2)
     return out
 
 
@@ -293,6 +302,9 @@ def section_concurrency(tools: dict, addr: str, worker: Server) -> dict:
                                     ROOT / "benches/python/wool_client_bench.py", "burst", addr,
                                     lv, secs]),
     }
+    if tools.get("grpc_go"):
+        drivers["grpc_go"] = ("grpc-go goroutines on one ClientConn (raw codec)",
+                              lambda lv: [tools["grpc_go"], "burst", addr, lv, secs])
     out: dict = {"levels": [int(x) for x in levels.split(",")], "c_max_threads": 256}
     for key, (label, argv) in drivers.items():
         rows = []
@@ -563,6 +575,30 @@ def targets(res: dict) -> list[dict]:
     if r10k:
         add("0 failures at 10,000 concurrent (Rust)", "0", str(r10k["failed"]),
             r10k["failed"] == 0)
+    # The grpc-go anchor (h / grpc_go): a stock gRPC client against the same worker. Ratios of
+    # time (sequential: lower is better) and of polls/s (concurrent: higher is better).
+    if "h" in seq:
+        h = seq["h"]["median_us"]
+        ratio = seq["c"]["median_us"] / h
+        add("(c) wool_idle sequential vs grpc-go (h)", "<= 1.0x", f"{ratio:.2f}x", ratio <= 1.0,
+            f"{seq['c']['median_us']:.1f} vs {h:.1f} µs median; (a) raw tonic "
+            f"{seq['a']['median_us'] / h:.2f}x, (b) WorkerConnection "
+            f"{seq['b']['median_us'] / h:.2f}x")
+    for level in (256, 10000):
+        ours, anchor = by(conc["rust_tasks"], level), by(conc.get("grpc_go", []), level)
+        if not (ours and anchor and anchor["polls_per_s"]):
+            continue
+        ratio = ours["polls_per_s"] / anchor["polls_per_s"]
+        add(f"Rust tasks at {level:,} vs grpc-go at {level:,} (polls/s, one connection each)",
+            ">= 1.0x", f"{ratio:.2f}x", ratio >= 1.0,
+            f"{ours['polls_per_s']:,.0f} vs {anchor['polls_per_s']:,.0f} polls/s; failed "
+            f"{ours['failed']} vs {anchor['failed']}")
+        c_lv = by(conc["c_threads"], level)
+        if c_lv:
+            ratio = c_lv["polls_per_s"] / anchor["polls_per_s"]
+            rows.append({"target": "  same, C threads on one handle", "goal": ">= 1.0x",
+                         "measured": f"{ratio:.2f}x ({c_lv['polls_per_s']:,.0f} polls/s)",
+                         "met": ratio >= 1.0, "note": ""})
     fleet = res["fleet"]
     warm = fleet["warm_median_ms"]
     add(f"{fleet['endpoints']}-endpoint sweep (warm, {fleet['concurrency']} in flight)",
@@ -584,6 +620,15 @@ def targets(res: dict) -> list[dict]:
     return rows
 
 
+# Row order of the sequential tables; keys missing from a run (older results, no grpc-go) are
+# skipped.
+SEQ_ORDER = ("a", "a_mt", "b", "b_mt", "b_nk", "c", "d", "e", "f", "g", "h", "c_uds")
+CONC_COLUMNS = (("rust_tasks", "Rust tasks, one WorkerConnection"),
+                ("c_threads", "C threads, one handle"),
+                ("wool_python", "Wool Python client, one WorkerConnection"),
+                ("grpc_go", "grpc-go goroutines, one ClientConn"))
+
+
 def markdown(res: dict) -> str:
     seq, conc, fleet, mem, disp = (res[k] for k in
                                    ("sequential", "concurrency", "fleet", "memory", "dispatch"))
@@ -600,11 +645,11 @@ def markdown(res: dict) -> str:
     lines.append("| layer | median µs | p99 µs | polls/s | ×(a) | ×(g) | client CPU µs/poll | "
                  "worker CPU µs/poll |")
     lines.append("|---|--:|--:|--:|--:|--:|--:|--:|")
-    for key in ("a", "a_mt", "b", "b_mt", "b_nk", "c", "d", "e", "f", "g", "c_uds"):
+    for key in SEQ_ORDER:
         if key not in seq:
             continue
         r = seq[key]
-        name = f"({key[0]}) {r['label']}" if key in "abcdefg" else f"({key[0]}′) {r['label']}"
+        name = f"({key[0]}) {r['label']}" if len(key) == 1 else f"({key[0]}′) {r['label']}"
         lines.append(f"| {name} | {r['median_us']:.1f} | {r['p99_us']:.1f} | "
                      f"{r['polls_per_s']:,.0f} | {r['ratio_to_a']:.2f} | {r['ratio_to_g']:.2f} | "
                      f"{r.get('client_cpu_us_per_poll', '–')} | "
@@ -621,7 +666,7 @@ def markdown(res: dict) -> str:
         lines.append("| layer | median µs | p99 µs | ×(a) | ×(g) | client CPU µs/poll | "
                      "worker CPU µs/poll |")
         lines.append("|---|--:|--:|--:|--:|--:|--:|")
-        for key in ("a", "a_mt", "b", "b_mt", "b_nk", "c", "d", "e", "f", "g", "c_uds"):
+        for key in SEQ_ORDER:
             if key in table:
                 r = table[key]
                 mark = "" if len(key) == 1 else "′"
@@ -631,18 +676,21 @@ def markdown(res: dict) -> str:
                              f"{r.get('worker_cpu_us_per_poll', '–')} |")
         lines.append("")
     lines.append("### 2. Concurrent polls on one connection (bursts of N; polls/s, failures)\n")
-    lines.append("| N | Rust tasks, one WorkerConnection | C threads, one handle | "
-                 "Wool Python client, one WorkerConnection |")
-    lines.append("|--:|--:|--:|--:|")
+    columns = [(key, title) for key, title in CONC_COLUMNS if key in conc]
+    lines.append("| N | " + " | ".join(title for _, title in columns) + " |")
+    lines.append("|--:|" + "--:|" * len(columns))
     by = lambda rows, n: next((r for r in rows if r["concurrency"] == n), None)  # noqa: E731
     for n in conc["levels"]:
         cells = []
-        for rows in (conc["rust_tasks"], conc["c_threads"], conc["wool_python"]):
-            r = by(rows, n)
+        for key, _ in columns:
+            r = by(conc[key], n)
             busy = "" if r is None or r.get("worker_busy") is None else \
                 f", worker {r['worker_busy']:.2f} cores"
-            cells.append("n/a (threads capped at %d)" % conc["c_max_threads"] if r is None
-                         else f"{r['polls_per_s']:,.0f} ({r['failed']} failed{busy})")
+            if r is None:
+                cells.append("n/a (threads capped at %d)" % conc["c_max_threads"]
+                             if key == "c_threads" else "–")
+            else:
+                cells.append(f"{r['polls_per_s']:,.0f} ({r['failed']} failed{busy})")
         lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
     lines.append("")
     if conc.get("rust_tasks_nk"):
@@ -733,6 +781,8 @@ def main() -> int:
     parser.add_argument("--c-bin", required=True, help="directory with idle_bench and pingpong")
     parser.add_argument("--go-bin", required=True)
     parser.add_argument("--wool-python", required=True)
+    parser.add_argument("--grpc-go-bin", default=str(OUT / "bin" / "grpc-go-bench"),
+                        help="the grpc-go anchor (benches/grpc-go); skipped if missing")
     parser.add_argument("--worker", default=str(ROOT / "target/release/wool-worker"))
     parser.add_argument("--libwool", default=str(ROOT / "target/release/libwool.so"))
     parser.add_argument("--only", default="", help="comma-separated sections (default: all)")
@@ -740,6 +790,10 @@ def main() -> int:
     tools = {"worker": Path(args.worker), "bench": Path(args.bench_bin), "c_idle": Path(args.c_bin) / "idle_bench",
              "pingpong": Path(args.c_bin) / "pingpong", "go": Path(args.go_bin),
              "wool_python": Path(args.wool_python), "libwool": Path(args.libwool)}
+    if Path(args.grpc_go_bin).is_file():
+        tools["grpc_go"] = Path(args.grpc_go_bin)
+    else:
+        log(f"no grpc-go anchor at {args.grpc_go_bin}: layer (h) and grpc_go left out")
     (OUT / "tmp").mkdir(parents=True, exist_ok=True)
     only = set(filter(None, args.only.split(",")))
     want = lambda s: not only or s in only  # noqa: E731

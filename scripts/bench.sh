@@ -2,9 +2,10 @@
 # The benchmark harness (BENCHMARKS.md): builds the release artefacts, starts
 # wool-worker, and measures in one run
 #   1. sequential idle polls through every layer: raw tonic stub, WorkerConnection, C (wool_idle),
-#      Go, Python ctypes, Wool 0.15.7's own Python client, and the floor (1-byte TCP ping-pong);
+#      Go, Python ctypes, Wool 0.15.7's own Python client, the floor (1-byte TCP ping-pong), and
+#      the anchor (h): plain grpc-go (benches/grpc-go, raw codec, no libwool);
 #   2. 1 / 16 / 256 / 10,000 concurrent polls on one connection (Rust tasks, C threads, Wool's
-#      Python client), failures counted;
+#      Python client, grpc-go goroutines), failures counted;
 #   3. a sweep over 1,000 worker endpoints (served by one process);
 #   4. RSS and TCP connections for 1 and 10,000 handles;
 #   5. echo dispatch throughput against a Wool Python worker, and the cost of a 1 kHz idle poller.
@@ -45,8 +46,23 @@ cc -O2 -Wall -Wextra -Iinclude benches/c/idle_bench.c -o "$BIN/idle_bench" \
     -L"$REL" -Wl,-rpath,"$REL" -lwool -lpthread -lm
 cc -O2 -Wall -Wextra benches/c/pingpong.c -o "$BIN/pingpong" -lm
 
-say "building the Go driver (examples/go binding, linked to target/release)"
-(cd benches/go && CGO_LDFLAGS="-L$REL -Wl,-rpath,$REL" go build -o "$BIN/wool-bench-go" .)
+say "building the Go driver (the Go binding, linked to target/release)"
+# The binding finds libwool through pkg-config ("wool"): a wool.pc for this tree's release build
+# (include/wool.h, target/release/libwool.so, its directory as the run path). CGO_LDFLAGS puts
+# target/release first either way.
+PC_DIR="$OUT/pkgconfig"
+mkdir -p "$PC_DIR"
+cat >"$PC_DIR/wool.pc" <<PC
+Name: wool
+Description: libwool, this tree's release build (written by scripts/bench.sh)
+Version: $(sed -n 's/^version *= *"\(.*\)"/\1/p' Cargo.toml | head -n1)
+Libs: -L$REL -Wl,-rpath,$REL -lwool
+Cflags: -I$ROOT/include
+PC
+(cd benches/go && PKG_CONFIG_PATH="$PC_DIR${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" \
+    CGO_LDFLAGS="-L$REL -Wl,-rpath,$REL" go build -o "$BIN/wool-bench-go" .)
+say "building the grpc-go anchor (benches/grpc-go: google.golang.org/grpc, no libwool)"
+(cd benches/grpc-go && go build -o "$BIN/grpc-go-bench" .)
 
 say "Python environments: Wool 0.15.7 (scripts/setup-venvs.sh) and matplotlib (target/venvs/bench)"
 ./scripts/setup-venvs.sh >&2
@@ -61,7 +77,7 @@ fi
 
 say "running (QUICK=${QUICK:-0})"
 python3 benches/run.py --bench-bin "$BENCH_BIN" --c-bin "$BIN" --go-bin "$BIN/wool-bench-go" \
-    --wool-python "$WOOL_PY" --only "${BENCH_ONLY:-}"
+    --grpc-go-bin "$BIN/grpc-go-bench" --wool-python "$WOOL_PY" --only "${BENCH_ONLY:-}"
 
 if [[ -z "${BENCH_ONLY:-}" ]]; then
     if [[ "${QUICK:-0}" != "0" ]]; then

@@ -1,28 +1,102 @@
 #!/usr/bin/env bash
-# Runs the Go binding's tests (examples/go) with the race detector against real workers.
-#   ./scripts/go-test.sh [go test flags...]     e.g. -run TestMutualTLS -v
-# Builds what they need first: libwool and wool-worker (`cargo build`, debug) and the pinned
-# Wool virtual environments (scripts/setup-venvs.sh; idempotent) for the tests that talk to
-# real Wool Python workers. With WOOL_TEST_REQUIRE_PEERS=1 (the default here) a missing venv
-# fails those tests instead of skipping them.
-# Needs: cargo, go (>= 1.24) with cgo enabled and a C compiler, python3 >= 3.11 (for the venvs).
+# Runs the Go binding's tests with the race detector against real workers and an installed
+# libwool, as a user of the binding would have it:
+#   1. bindings/go (the binding, module github.com/libwool/libwool/bindings/go) and examples/go
+#      (the example programs, their own module): go vet, gofmt, go test -race;
+#   2. a consumer module outside the repository (a temporary directory made from
+#      bindings/go/testdata/consumer: a go.mod requiring the binding, replaced by this
+#      checkout's bindings/go, no network needed): go vet, go test -race, then the same test
+#      built with -tags woolstatic, checked to need no libwool.so, and run without
+#      LD_LIBRARY_PATH.
+#
+#   ./scripts/go-test.sh [go test flags...]     e.g. -run TestMutualTLS -v (for step 1)
+#
+# Builds what they need first: the reference worker (cargo build --bin wool-worker), libwool
+# installed into target/prefix by scripts/install.sh (cargo-c; re-running it is cheap once
+# built), and the pinned Wool virtual environments (scripts/setup-venvs.sh; idempotent) for
+# the tests that talk to real Wool Python workers. The binding finds libwool through
+# pkg-config (PKG_CONFIG_PATH=target/prefix/lib/pkgconfig) and the tests load it through
+# LD_LIBRARY_PATH=target/prefix/lib. With WOOL_TEST_REQUIRE_PEERS=1 (the default here) a
+# missing venv fails those tests instead of skipping them.
+# Needs: cargo (and cargo-c: scripts/ensure-cargo-c.sh, called by install.sh), go (>= 1.24)
+# with cgo enabled, a C compiler, pkg-config, binutils (readelf, nm), python3 >= 3.11 (venvs).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-if ! command -v go >/dev/null 2>&1; then
-    echo "go-test: the Go toolchain (go >= 1.24) is not on PATH" >&2
-    exit 1
-fi
-cargo build --lib --bin wool-worker
+for tool in go pkg-config; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "go-test: $tool is not on PATH (the Go toolchain >= 1.24 and pkg-config are needed)" >&2
+        exit 1
+    fi
+done
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+PREFIX="$ROOT/target/prefix"
+cargo build --features capi --bin wool-worker
+./scripts/install.sh "$PREFIX"
 ./scripts/setup-venvs.sh >/dev/null
 
-cd examples/go
 export CGO_ENABLED=1 WOOL_TEST_REQUIRE_PEERS="${WOOL_TEST_REQUIRE_PEERS:-1}"
-go vet ./...
-unformatted="$(gofmt -l .)"
-if [[ -n "$unformatted" ]]; then
-    echo "go-test: not gofmt-formatted:" "$unformatted" >&2
-    exit 1
-fi
-go test -race -count=1 "$@" ./...
+export WOOL_WORKER="${WOOL_WORKER:-$TARGET_DIR/debug/wool-worker}"
+export PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+export LD_LIBRARY_PATH="$PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+echo "go-test: libwool $(pkg-config --modversion wool) from $(pkg-config --variable=libdir wool)"
+
+# go vet, gofmt and go test -race in one module directory; extra arguments go to go test.
+check_module() {
+    local dir="$1"
+    shift
+    echo "go-test: $dir"
+    (
+        cd "$dir"
+        go vet ./...
+        unformatted="$(gofmt -l .)"
+        if [[ -n "$unformatted" ]]; then
+            echo "go-test: not gofmt-formatted in $dir:" $unformatted >&2
+            exit 1
+        fi
+        go test -race -count=1 "$@" ./...
+    )
+}
+
+check_module "$ROOT/bindings/go" "$@"
+(cd bindings/go && go vet -tags woolstatic ./...) # link_static.go
+check_module "$ROOT/examples/go" "$@"
+
+# The consumer: a module of its own outside the repository, as a stranger's would be.
+CONSUMER="$(mktemp -d "${TMPDIR:-/tmp}/wool-go-consumer.XXXXXX")"
+trap 'rm -rf "$CONSUMER"' EXIT
+cp "$ROOT"/bindings/go/testdata/consumer/*.go "$CONSUMER/"
+cat >"$CONSUMER/go.mod" <<EOF
+module example.com/consumer
+
+go 1.24
+
+require github.com/libwool/libwool/bindings/go v0.0.0
+
+replace github.com/libwool/libwool/bindings/go => $ROOT/bindings/go
+EOF
+(cd "$CONSUMER" && GOFLAGS=-mod=mod go mod tidy)
+GOFLAGS=-mod=mod check_module "$CONSUMER"
+
+echo "go-test: $CONSUMER with -tags woolstatic (libwool.a linked in)"
+(
+    cd "$CONSUMER"
+    export GOFLAGS=-mod=mod
+    go vet -tags woolstatic ./...
+    go test -race -tags woolstatic -c -o consumer-static.test .
+    needed="$(readelf -d consumer-static.test | grep NEEDED || true)"
+    if grep -q libwool <<<"$needed"; then
+        echo "go-test: the woolstatic build still needs libwool.so:" >&2
+        echo "$needed" >&2
+        exit 1
+    fi
+    if ! nm consumer-static.test | grep -q ' T wool_version$'; then
+        echo "go-test: the woolstatic build does not contain libwool (no wool_version)" >&2
+        exit 1
+    fi
+    echo "go-test: consumer-static.test contains libwool and needs only:" \
+        $(sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' <<<"$needed")
+    env -u LD_LIBRARY_PATH ./consumer-static.test -test.count=1
+)
+echo "go-test: all Go checks passed"

@@ -135,7 +135,7 @@ fn header_spells_the_contract_as_c_api_md_does() {
                 l.contains(stray)
                     && !l.starts_with("#define WOOL_H")
                     && !l.starts_with("#define WOOL_VERSION_")
-                && !l.starts_with("#define WOOL_COMPLETION_MESSAGE_BYTES")
+                    && !l.starts_with("#define WOOL_COMPLETION_MESSAGE_BYTES")
             })
             .collect();
         assert!(

@@ -1,7 +1,7 @@
-module github.com/libwool/wool-bench
+module github.com/libwool/libwool/benches/go
 
 go 1.24
 
-require github.com/libwool/wool-go v0.0.0
+require github.com/libwool/libwool/bindings/go v0.0.0
 
-replace github.com/libwool/wool-go => ../../examples/go
+replace github.com/libwool/libwool/bindings/go => ../../bindings/go

@@ -1,13 +1,14 @@
-// Command wool-bench-go: sequential idle polls through the Go binding (examples/go), for
+// Command wool-bench-go: sequential idle polls through the Go binding (bindings/go), for
 // scripts/bench.sh (see BENCHMARKS.md). Not a test: nothing here asserts on time.
 //
 //	wool-bench-go ADDR N WARMUP
 //
 // Polls with context.Background() (no deadline: the binding then calls wool_idle on the
 // calling goroutine, with no helper goroutine), and prints one line of JSON on stdout.
-// Build against the release library:
+// The binding finds libwool through pkg-config; scripts/bench.sh writes a wool.pc for the
+// release build (target/release) and builds this with it:
 //
-//	CGO_LDFLAGS="-L$REPO/target/release -Wl,-rpath,$REPO/target/release" go build -o BIN .
+//	PKG_CONFIG_PATH=DIR-OF-THAT-wool.pc go build -o BIN .
 package main
 
 import (
@@ -20,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	wool "github.com/libwool/wool-go"
+	wool "github.com/libwool/libwool/bindings/go"
 )
 
 func main() {

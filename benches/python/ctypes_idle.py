@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""(e) Sequential idle polls through the ctypes binding (examples/python, package libwool).
+"""(e) Sequential idle polls through the ctypes binding (bindings/python, package libwool).
 
     LIBWOOL_PATH=target/release/libwool.so python ctypes_idle.py ADDR N WARMUP
 
@@ -13,7 +13,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "examples", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bindings", "python"))
 sys.path.insert(0, HERE)
 
 import libwool  # noqa: E402

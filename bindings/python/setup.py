@@ -7,18 +7,19 @@ loads unless LIBWOOL_PATH says otherwise.
 
 Why setuptools-rust (with ``Binding.NoBinding``) rather than maturin:
 
-* The crate stays where it is, at the repository root, with no Python-specific manifest or
-  workspace member added: setuptools-rust is pointed at ``../../Cargo.toml`` by an ordinary
-  path and just runs ``cargo rustc --lib --crate-type cdylib --features capi`` on it.
-  maturin wants to own the crate's packaging (its Cargo.toml/pyproject pairing and
-  ``python-source`` layout), and it has no binding kind for a plain C-ABI library loaded with
-  ctypes: its ``cffi`` kind generates a cffi module (a runtime dependency on cffi and a second
-  binding beside ours), ``pyo3``/``uniffi`` do not apply, ``bin`` ships executables.
-* NoBinding copies the cdylib into the package untouched: no generated Python code.
+* maturin has no way to ship a plain C-ABI library for ctypes: its binding kinds are pyo3
+  (a Python extension module, which this crate is not), cffi (it runs cbindgen and generates
+  a cffi module: a runtime dependency on cffi and a second binding beside this one), uniffi,
+  and bin (executables). There is no ``cdylib`` kind. setuptools-rust's ``NoBinding`` is
+  exactly "build the cdylib, copy it into the package".
+* The crate stays where it is, the repository's one crate at the root, with no Python
+  manifest, workspace member or build script added to it: setuptools-rust is given
+  ``../../Cargo.toml`` as a path and runs ``cargo rustc --lib --crate-type cdylib
+  --features capi`` on it, in that crate's own directory and target directory.
 * Build time: both just run cargo. setuptools-rust builds only the cdylib (no rlib or
   staticlib) and, like cargo, puts it in the crate's own target directory (the repository's
-  ``target/``, or $CARGO_TARGET_DIR), so a second install, or one after ``cargo build``,
-  compiles at most the wool crate itself. ``SETUPTOOLS_RUST_CARGO_PROFILE=dev`` builds an
+  ``target/``, or $CARGO_TARGET_DIR), so a second install, or one after a cargo build of
+  the same profile, compiles at most the wool crate itself (seconds), not its dependencies. ``SETUPTOOLS_RUST_CARGO_PROFILE=dev`` builds an
   unoptimised library quickly (the tests' install does so); the default is ``--release``.
 
 The wheel is tagged ``cp39-abi3``: the library uses no Python API at all, so one wheel fits
@@ -44,7 +45,8 @@ if not CARGO_TOML.is_file():
     sys.exit(
         f"libwool: {CARGO_TOML} not found. This package bundles libwool's C library, built "
         "from the repository's Rust crate: install it from a checkout of the repository "
-        "(`pip install bindings/python` at its root; needs Rust and cargo, at the version Cargo.toml's rust-version names)."
+        "(`pip install bindings/python` at its root; needs Rust: cargo at least at the "
+        "rust-version of Cargo.toml)."
     )
 
 

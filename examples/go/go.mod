@@ -1,3 +1,7 @@
-module github.com/libwool/wool-go
+module github.com/libwool/libwool/examples/go
 
 go 1.24
+
+require github.com/libwool/libwool/bindings/go v0.0.0
+
+replace github.com/libwool/libwool/bindings/go => ../../bindings/go

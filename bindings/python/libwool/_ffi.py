@@ -28,6 +28,10 @@ TRANSIENT = 3
 HANDSHAKE = 4
 RPC_ERROR = 5
 PANIC = 6
+CANCELLED = 7
+
+#: WOOL_COMPLETION_MESSAGE_BYTES: the size of `wool_completion.message`.
+COMPLETION_MESSAGE_BYTES = 256
 
 
 class wool_connection(ctypes.Structure):
@@ -42,7 +46,25 @@ class wool_channel_options(ctypes.Structure):
     """Opaque `wool_channel_options`; only pointers to it exist."""
 
 
+class wool_queue(ctypes.Structure):
+    """Opaque `wool_queue` (completion queue); only pointers to it exist."""
+
+
+class wool_completion(ctypes.Structure):
+    """`wool_completion`: one finished call taken from a completion queue."""
+
+    _fields_ = [
+        ("tag", ctypes.c_uint64),
+        ("call", ctypes.c_uint64),
+        ("status", ctypes.c_int),  # wool_status
+        ("rpc_code", ctypes.c_int32),
+        ("seconds", ctypes.c_double),
+        ("message", ctypes.c_char * COMPLETION_MESSAGE_BYTES),
+    ]
+
+
 ConnectionPtr = ctypes.POINTER(wool_connection)
+QueuePtr = ctypes.POINTER(wool_queue)
 CredentialsPtr = ctypes.POINTER(wool_credentials)
 ChannelOptionsPtr = ctypes.POINTER(wool_channel_options)
 
@@ -122,6 +144,38 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "wool_connect_with_options": (
         _wool_status,
         [ctypes.c_char_p, CredentialsPtr, ChannelOptionsPtr, ctypes.POINTER(ConnectionPtr)],
+    ),
+    # Many calls at once (declared for fidelity to the header; no Python API over them yet).
+    "wool_idle_many": (
+        _wool_status,
+        [
+            ctypes.POINTER(ConnectionPtr),  # conns
+            ctypes.c_size_t,  # count
+            ctypes.c_double,  # timeout_seconds
+            ctypes.c_size_t,  # max_in_flight
+            _c_double_p,  # out_seconds
+            ctypes.POINTER(_wool_status),  # out_statuses
+            ctypes.POINTER(ctypes.c_int32),  # out_codes
+        ],
+    ),
+    "wool_queue_new": (_wool_status, [ctypes.POINTER(QueuePtr)]),
+    "wool_queue_free": (None, [QueuePtr]),
+    "wool_queue_fd": (ctypes.c_int32, [QueuePtr]),
+    "wool_idle_start": (
+        _wool_status,
+        [ConnectionPtr, QueuePtr, ctypes.c_double, ctypes.c_uint64,
+         ctypes.POINTER(ctypes.c_uint64)],
+    ),
+    "wool_stop_start": (
+        _wool_status,
+        [ConnectionPtr, QueuePtr, ctypes.c_double, ctypes.c_double, ctypes.c_uint64,
+         ctypes.POINTER(ctypes.c_uint64)],
+    ),
+    "wool_cancel": (_wool_status, [QueuePtr, ctypes.c_uint64]),
+    "wool_queue_next": (
+        _wool_status,
+        [QueuePtr, ctypes.POINTER(wool_completion), ctypes.c_size_t, ctypes.c_double,
+         ctypes.POINTER(ctypes.c_size_t)],
     ),
 }
 

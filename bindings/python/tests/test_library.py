@@ -78,7 +78,7 @@ def test_the_environment_variable_overrides_the_bundled_library(tmp_path, monkey
     monkeypatch.setenv("LIBWOOL_PATH", str(tmp_path / "elsewhere.so"))
     with pytest.raises(libwool.LibraryNotFound, match=r"\$LIBWOOL_PATH=") as caught:
         libwool.load()
-    assert "bundled" not in str(caught.value)
+    assert str(bundled) not in str(caught.value)
 
 
 def test_an_installed_copy_has_no_repository_fallback(tmp_path, monkeypatch):
@@ -149,6 +149,7 @@ def test_status_values_match_the_library_names():
         _ffi.HANDSHAKE: libwool.HandshakeError.status,
         _ffi.RPC_ERROR: libwool.RpcError.status,
         _ffi.PANIC: libwool.LibraryPanic.status,
+        _ffi.CANCELLED: "WOOL_STATUS_CANCELLED",
     }
     for value, name in expected.items():
         assert LIBRARY.status_name(value) == name

@@ -28,7 +28,7 @@ import (
 	"syscall"
 	"time"
 
-	wool "github.com/libwool/wool-go"
+	wool "github.com/libwool/libwool/bindings/go"
 )
 
 func main() {

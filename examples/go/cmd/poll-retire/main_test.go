@@ -6,15 +6,13 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/libwool/wool-go/internal/workertest"
 )
 
 // Given two idle wool-workers, when poll-retire runs with a 300 ms threshold, then it prints
 // readings, retires both, exits 0, and both worker processes exit with status 0.
 func TestRetiresEveryIdleWorker(t *testing.T) {
 	t.Parallel()
-	a, b := workertest.StartWorker(t), workertest.StartWorker(t)
+	a, b := startWorker(t), startWorker(t)
 	var stdout, stderr bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -25,11 +23,11 @@ func TestRetiresEveryIdleWorker(t *testing.T) {
 	if status != 0 {
 		t.Fatalf("exit status %d; stderr: %s", status, stderr.String())
 	}
-	for _, w := range []*workertest.Process{a, b} {
+	for _, w := range []*worker{a, b} {
 		if !hasLine(stdout.String(), w.Address, "retired") {
 			t.Errorf("no line %q in the output", w.Address+" retired")
 		}
-		if code, exited := w.WaitExit(10 * time.Second); !exited || code != 0 {
+		if code, exited := w.waitExit(10 * time.Second); !exited || code != 0 {
 			t.Errorf("worker %s: exited %v, status %d", w.Address, exited, code)
 		}
 	}
@@ -42,9 +40,7 @@ func TestRetiresEveryIdleWorker(t *testing.T) {
 // skipping it until interrupted, and exits 1.
 func TestKeepsSkippingAnUnreachableWorkerUntilInterrupted(t *testing.T) {
 	t.Parallel()
-	gone := workertest.StartHoldServer(t)
-	address := gone.Address()
-	gone.Release()
+	address := unusedAddress(t)
 	var stdout, stderr bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()

@@ -19,7 +19,7 @@ import (
 // the C name, e.g. "WOOL_STATUS_TRANSIENT".
 type Status int32
 
-// The statuses of include/wool.h, with the same values.
+// The statuses of wool.h, with the same values.
 const (
 	StatusOK              Status = 0 // the call succeeded
 	StatusInvalidArgument Status = 1 // the caller's mistake (ErrInvalidArgument)
@@ -28,6 +28,7 @@ const (
 	StatusHandshake       Status = 4 // a TLS failure (ErrHandshake)
 	StatusRPCError        Status = 5 // any other gRPC failure (ErrRPC)
 	StatusPanic           Status = 6 // a library bug caught at the boundary (ErrPanic)
+	StatusCancelled       Status = 7 // a started call cancelled (the C completion queue; never returned here)
 )
 
 // The values above are the header's: an index out of range here fails the build if they drift.
@@ -39,6 +40,7 @@ var (
 	_ = [1]int{}[StatusHandshake-C.WOOL_STATUS_HANDSHAKE]
 	_ = [1]int{}[StatusRPCError-C.WOOL_STATUS_RPC_ERROR]
 	_ = [1]int{}[StatusPanic-C.WOOL_STATUS_PANIC]
+	_ = [1]int{}[StatusCancelled-C.WOOL_STATUS_CANCELLED]
 )
 
 const (

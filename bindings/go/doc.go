@@ -1,6 +1,6 @@
 // Package wool polls and retires workers of the Wool distributed runtime: it asks a worker how
 // long it has been idle and tells it to stop. It is a thin cgo binding over libwool's C API
-// (include/wool.h in the libwool repository); the protocol, the connection pool and the error
+// (wool.h, installed with the library); the protocol, the connection pool and the error
 // classification all live in the Rust library, once.
 //
 //	conn, err := wool.Connect("127.0.0.1:50051")
@@ -47,34 +47,48 @@
 // ErrInvalidArgument whose message names the refused option. Connections share a pooled
 // channel only when their target, credentials and channel options are all equal.
 //
-// # Building and linking
+// # Installing
 //
-// The package links against the libwool that Cargo builds in the repository root, found
-// relative to this package's source directory:
+// The package is a cgo binding: it needs libwool, the C library, installed where pkg-config
+// finds it as "wool" (wool.pc, wool.h, libwool.so and libwool.a), and a C compiler. From a
+// clone of the libwool repository (Rust and cargo-c needed; scripts/install.sh builds the C
+// ABI, the capi feature, with `cargo cinstall`):
 //
-//	cargo build                    # in the repository root: target/debug/libwool.so
-//	cd examples/go && go test ./...
+//	scripts/install.sh $PREFIX                 # e.g. /usr/local, or $HOME/.local
 //
-// By default it links target/debug/libwool.so dynamically and records that directory as the
-// binary's run path (rpath), so binaries run without LD_LIBRARY_PATH. To link another build,
-// put its directory first with CGO_LDFLAGS, which the go command places before this package's
-// own flags (so it wins both the link-time search and the run-time lookup):
+// Then, in your module:
 //
-//	cargo build --release
-//	CGO_LDFLAGS="-L$REPO/target/release -Wl,-rpath,$REPO/target/release" go build ./...
+//	export PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig   # unless pkg-config already looks there
+//	go get github.com/libwool/libwool/bindings/go
 //
-// The build tag woolstatic links target/debug/libwool.a into the binary instead, for a
-// binary that needs no libwool.so at run time (`go build -tags woolstatic ./...`; name another
-// archive first in CGO_LDFLAGS to link that one). The go command does not notice a rebuilt
-// libwool.a, so add -a after rebuilding it; the dynamic default always loads the current
+// and import it as
+//
+//	import wool "github.com/libwool/libwool/bindings/go"
+//
+// # Linking
+//
+// By default the package links libwool.so dynamically (`#cgo pkg-config: wool`), so the
+// binary needs it at run time: install into a directory the dynamic loader searches (then run
+// ldconfig), or set LD_LIBRARY_PATH=$PREFIX/lib, or record the directory in the binary:
+//
+//	CGO_LDFLAGS="-Wl,-rpath,$PREFIX/lib" go build ./...
+//
+// The build tag woolstatic links libwool.a into the binary instead, with the system libraries
+// `pkg-config --static wool` lists; the binary then needs no libwool.so:
+//
+//	go build -tags woolstatic ./...
+//
+// The go command's build cache does not track an installed libwool.a, so after reinstalling
+// libwool rebuild static binaries with -a; the dynamic default always loads the current
 // libwool.so.
 //
 // # Concurrency and lifetime
 //
 // Connections and credentials are safe for concurrent use. Each wraps one C handle; Close
-// releases it. A finalizer releases a forgotten handle as a safety net, but only when the
-// garbage collector gets to it, which may be never for a small program: a handle holds a share
-// of a pooled HTTP/2 channel (a socket and buffers the collector cannot see), so call Close.
+// releases it. A cleanup (runtime.AddCleanup) releases a forgotten handle as a safety net,
+// but only when the garbage collector gets to it, which may be never for a small program: a
+// handle holds a share of a pooled HTTP/2 channel (a socket and buffers the collector cannot
+// see), so call Close.
 //
 // # Errors
 //

@@ -10,7 +10,7 @@ import (
 )
 
 // Channel options: the settings of the HTTP/2 channel behind a Connection, as Wool's
-// ChannelOptions (include/wool.h's wool_channel_options). Each one left out keeps Wool's
+// ChannelOptions (wool.h's wool_channel_options). Each one left out keeps Wool's
 // default. Connect passes the values to the library as they are, and the library alone decides
 // which are valid: a refused value makes Connect fail with an *Error matching
 // ErrInvalidArgument whose message names the library's option (e.g. "channel option

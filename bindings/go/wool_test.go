@@ -7,13 +7,14 @@ package wool_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	wool "github.com/libwool/wool-go"
-	"github.com/libwool/wool-go/internal/workertest"
+	wool "github.com/libwool/libwool/bindings/go"
+	"github.com/libwool/libwool/bindings/go/internal/workertest"
 )
 
 // callTimeout bounds calls that are expected to succeed; a hang fails instead of blocking.
@@ -96,7 +97,8 @@ func TestStatusNamesComeFromTheLibrary(t *testing.T) {
 		wool.StatusHandshake:       "WOOL_STATUS_HANDSHAKE",
 		wool.StatusRPCError:        "WOOL_STATUS_RPC_ERROR",
 		wool.StatusPanic:           "WOOL_STATUS_PANIC",
-		wool.Status(7):             "WOOL_STATUS_UNKNOWN",
+		wool.StatusCancelled:       "WOOL_STATUS_CANCELLED",
+		wool.Status(8):             "WOOL_STATUS_UNKNOWN",
 		wool.Status(-1):            "WOOL_STATUS_UNKNOWN",
 	} {
 		if got := status.String(); got != want {
@@ -474,6 +476,62 @@ func TestCancellationReturnsPromptly(t *testing.T) {
 	}
 	server.Release() // the blocked call now fails, returns, and frees the handle
 	eventually(t, "the last call frees the handle", 10*time.Second, func() bool { return wool.Freed(conn) })
+}
+
+// Given a Connection with a call blocked in the library that its caller gave up on, when the
+// Connection is dropped without Close and the collector runs, then the handle stays while the
+// call is blocked, and once the call returns the cleanup frees it.
+func TestForgottenConnectionIsFreedByItsCleanupAfterItsLastCall(t *testing.T) {
+	t.Parallel()
+	server := workertest.StartHoldServer(t)
+	freed := forgetBlockedConnection(t, server.Address())
+
+	for range 3 {
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if freed() {
+		t.Fatal("the handle was freed while a call on it was still running")
+	}
+	server.Release() // the blocked call now fails and returns
+	eventually(t, "the cleanup frees the handle", 10*time.Second, func() bool {
+		runtime.GC()
+		return freed()
+	})
+}
+
+// forgetBlockedConnection connects to address, leaves an Idle call blocked on it (its context
+// ended), and returns a probe of the handle, keeping no reference to the Connection.
+func forgetBlockedConnection(t *testing.T, address string) (freed func() bool) {
+	conn, err := wool.Connect(address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background()) // no deadline: the call blocks on
+	time.AfterFunc(100*time.Millisecond, cancel)            // after its caller gave up on it
+	if _, err := conn.Idle(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("want context.Canceled, got %v", err)
+	}
+	if n := wool.CallsInFlight(conn); n != 1 {
+		t.Fatalf("library calls in flight: %d, want 1 (still blocked)", n)
+	}
+	return wool.FreedProbe(conn)
+}
+
+// Given Credentials that are never closed, when they become unreachable and the collector
+// runs, then their cleanup frees the C handle.
+func TestForgottenCredentialsAreFreedByTheirCleanup(t *testing.T) {
+	t.Parallel()
+	pki := workertest.NewPKI(t)
+	credentials, err := wool.CredentialsFromPEM(pki.CAPEM, nil, nil, false, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	freed := wool.CredentialsFreedProbe(credentials)
+	eventually(t, "the cleanup frees the credentials", 10*time.Second, func() bool {
+		runtime.GC()
+		return freed()
+	})
 }
 
 // Given contexts that ended before the call, when Idle and Stop are called, then they return

@@ -43,7 +43,7 @@ func WorkerBin(t testing.TB) string {
 		bin = filepath.Join(RepoRoot(), "target", "debug", "wool-worker")
 	}
 	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("wool-worker not found at %s (build it: `cargo build` in %s, or set WOOL_WORKER): %v",
+		t.Fatalf("wool-worker not found at %s (build it: `cargo build --bin wool-worker` in %s, or set WOOL_WORKER): %v",
 			bin, RepoRoot(), err)
 	}
 	return bin

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	wool "github.com/libwool/wool-go"
-	"github.com/libwool/wool-go/internal/workertest"
+	wool "github.com/libwool/libwool/bindings/go"
+	"github.com/libwool/libwool/bindings/go/internal/workertest"
 )
 
 // Given a wool-worker, when connections are made with each channel option at a good value

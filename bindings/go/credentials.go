@@ -16,9 +16,16 @@ import (
 // Pass them to Connect with WithCredentials. A Connection keeps its own copy, so Credentials
 // may be closed right after Connect. Safe for concurrent use.
 //
-// Close them when done: a finalizer frees forgotten ones, but only whenever the garbage
-// collector runs, and the key material lives in C memory it cannot see.
+// Close them when done: a cleanup (runtime.AddCleanup) frees forgotten ones, but only whenever
+// the garbage collector runs, and the key material lives in C memory it cannot see.
 type Credentials struct {
+	handle  *credHandle
+	cleanup runtime.Cleanup // frees handle once the Credentials are unreachable
+}
+
+// credHandle is the C handle of Credentials, separate from them so that the cleanup can free
+// it without keeping the Credentials reachable.
+type credHandle struct {
 	mu  sync.RWMutex // Connect reads ptr under RLock; Close frees it under Lock
 	ptr *C.wool_credentials
 }
@@ -82,33 +89,39 @@ func newCredentials(make func(out **C.wool_credentials) C.wool_status) (*Credent
 	if err := call("credentials", "", func() C.wool_status { return make(&ptr) }); err != nil {
 		return nil, err
 	}
-	c := &Credentials{ptr: ptr}
-	runtime.SetFinalizer(c, (*Credentials).Close)
+	c := &Credentials{handle: &credHandle{ptr: ptr}}
+	c.cleanup = runtime.AddCleanup(c, (*credHandle).free, c.handle)
 	return c, nil
 }
 
 // Close releases the credentials. Connections made with them keep working (they hold their
 // own copy). Closing twice is harmless. It always returns nil.
 func (c *Credentials) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ptr != nil {
-		C.wool_credentials_free(c.ptr)
-		c.ptr = nil
-		runtime.SetFinalizer(c, nil)
-	}
+	c.handle.free()
+	c.cleanup.Stop() // a no-op when already stopped
+	runtime.KeepAlive(c)
 	return nil
+}
+
+// free frees the C handle unless already freed (Close and the cleanup may both run it).
+func (h *credHandle) free() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ptr != nil {
+		C.wool_credentials_free(h.ptr)
+		h.ptr = nil
+	}
 }
 
 // use runs f with the C pointer while holding it against a concurrent Close; ErrClosed when
 // the credentials are closed.
 func (c *Credentials) use(f func(*C.wool_credentials) error) error {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.ptr == nil {
+	c.handle.mu.RLock()
+	defer c.handle.mu.RUnlock()
+	if c.handle.ptr == nil {
 		return ErrClosed
 	}
-	err := f(c.ptr)
+	err := f(c.handle.ptr)
 	runtime.KeepAlive(c)
 	return err
 }

@@ -31,16 +31,23 @@ var blockingCalls = make(chan struct{}, MaxBlockingCalls)
 // Connections to the same target with equal credentials and equal channel options share one
 // pooled HTTP/2 channel inside the library. Safe for concurrent use by many goroutines.
 //
-// Close it when done. A finalizer closes a forgotten Connection as a safety net, but only
-// once the garbage collector notices it, which a program with little Go garbage may never do;
-// until then the handle keeps its share of the pooled channel (a socket and buffers that live
-// in C memory, invisible to the collector).
+// Close it when done. A cleanup (runtime.AddCleanup) closes a forgotten Connection as a safety
+// net, but only once the garbage collector notices it, which a program with little Go garbage
+// may never do; until then the handle keeps its share of the pooled channel (a socket and
+// buffers that live in C memory, invisible to the collector).
 type Connection struct {
-	target string
+	target  string
+	handle  *connHandle
+	cleanup runtime.Cleanup // closes handle once the Connection is unreachable
+}
 
+// connHandle is the C handle of a Connection and its bookkeeping. It is separate from the
+// Connection so that the cleanup can close it without keeping the Connection reachable; calls
+// abandoned by their context hold the handle, not the Connection.
+type connHandle struct {
 	mu     sync.Mutex
 	ptr    *C.wool_connection // nil once freed
-	closed bool               // Close was called; ptr is freed when calls drops to 0
+	closed bool               // Close (or the cleanup) ran; ptr is freed when calls drops to 0
 	calls  int                // C calls in flight, including ones abandoned by their context
 }
 
@@ -111,8 +118,8 @@ func Connect(target string, opts ...Option) (*Connection, error) {
 	if err != nil {
 		return nil, wrapClosed("connect", target, err)
 	}
-	c := &Connection{target: target, ptr: ptr}
-	runtime.SetFinalizer(c, (*Connection).Close)
+	c := &Connection{target: target, handle: &connHandle{ptr: ptr}}
+	c.cleanup = runtime.AddCleanup(c, (*connHandle).close, c.handle)
 	return c, nil
 }
 
@@ -173,13 +180,9 @@ func (c *Connection) Stop(ctx context.Context, grace time.Duration) error {
 // because its context ended. Close does not wait for them, is idempotent, and always returns
 // nil.
 func (c *Connection) Close() error {
-	c.mu.Lock()
-	if !c.closed {
-		c.closed = true
-		c.freeIfUnused()
-	}
-	c.mu.Unlock()
-	runtime.SetFinalizer(c, nil)
+	c.handle.close()
+	c.cleanup.Stop() // a no-op when already stopped
+	runtime.KeepAlive(c)
 	return nil
 }
 
@@ -201,16 +204,16 @@ func (c *Connection) do(ctx context.Context, op string, f func(*C.wool_connectio
 	case <-ctx.Done():
 		return contextError(op, c.target, ctx.Err())
 	}
-	ptr, err := c.acquire()
+	ptr, err := c.handle.acquire()
 	if err != nil {
 		<-blockingCalls
 		return wrapClosed(op, c.target, err)
 	}
 	run := func() error {
 		defer func() { <-blockingCalls }()
-		defer c.release()
+		defer c.handle.release()
 		err := call(op, c.target, func() C.wool_status { return f(ptr, timeout) })
-		runtime.KeepAlive(c)
+		runtime.KeepAlive(c) // the handle is counted in use anyway; this keeps the cleanup off too
 		return err
 	}
 	if ctx.Done() == nil { // a context that never ends: no goroutine needed
@@ -245,31 +248,42 @@ func (c *Connection) withCause(ctx context.Context, err error) error {
 }
 
 // acquire returns the C handle for one call and counts the call in flight; ErrClosed once
-// Close was called.
-func (c *Connection) acquire() (*C.wool_connection, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+// the handle was closed.
+func (h *connHandle) acquire() (*C.wool_connection, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
 		return nil, ErrClosed
 	}
-	c.calls++
-	return c.ptr, nil
+	h.calls++
+	return h.ptr, nil
 }
 
-// release ends a call counted by acquire; the last call to end after Close frees the handle
+// release ends a call counted by acquire; the last call to end after close frees the handle
 // (the C contract: wool_free only after every other call on the handle has returned).
-func (c *Connection) release() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.calls--
-	c.freeIfUnused()
+func (h *connHandle) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls--
+	h.freeIfUnused()
 }
 
-// freeIfUnused frees the handle once it is closed and no call is in flight (c.mu held).
-func (c *Connection) freeIfUnused() {
-	if c.closed && c.calls == 0 && c.ptr != nil {
-		C.wool_free(c.ptr)
-		c.ptr = nil
+// close marks the handle closed and frees it unless calls are in flight (then the last of them
+// does). Idempotent: Close and the cleanup may both run it.
+func (h *connHandle) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.closed {
+		h.closed = true
+		h.freeIfUnused()
+	}
+}
+
+// freeIfUnused frees the handle once it is closed and no call is in flight (h.mu held).
+func (h *connHandle) freeIfUnused() {
+	if h.closed && h.calls == 0 && h.ptr != nil {
+		C.wool_free(h.ptr)
+		h.ptr = nil
 	}
 }
 

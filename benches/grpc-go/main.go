@@ -1,0 +1,293 @@
+// Command grpc-go-bench: the grpc-go anchor for scripts/bench.sh (see BENCHMARKS.md). Idle
+// polls to wool-worker from plain grpc-go, with no libwool in the process: what a stock gRPC
+// client costs on the same machine, against the same worker. Not a test: nothing here asserts
+// on time.
+//
+//	grpc-go-bench seq ADDR N WARMUP          sequential polls, one at a time
+//	grpc-go-bench burst ADDR LEVELS SECONDS  bursts of N concurrent polls (LEVELS like 256,10000)
+//
+// Every poll is `/wool.runtime.protobuf.wire.Worker/idle` on ONE grpc.ClientConn (insecure
+// credentials, grpc-go's defaults otherwise: no keepalive, no retries configured), through a raw
+// codec that passes []byte through: no protoc, no generated code. The request is the empty
+// message `Void` (zero bytes); the response `Idle { double seconds = 1; }` is 0x09 followed by a
+// little-endian f64 (or zero bytes when seconds is 0.0, proto3's default), decoded by hand.
+//
+// Output: one line of JSON on stdout, with the keys of the Rust driver (benches/wool_bench.rs):
+// seq as `seq-raw`/`seq-conn` ({"n","median_us","p99_us","mean_us","min_us","polls_per_s",
+// "cpu_us_per_poll"}), burst as `burst` ({"levels":[{"concurrency","bursts","ok","failed",
+// "polls_per_s","first_error"}]}). seq calls without a deadline, as the raw tonic stub (a) does;
+// burst gives each call a 60 s deadline, as the Rust burst does.
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+const method = "/wool.runtime.protobuf.wire.Worker/idle"
+
+// rawCodec passes []byte through unchanged. Named "proto" (the bytes are protobuf), so the
+// content-type on the wire is application/grpc+proto, which any gRPC server accepts.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) {
+	b, ok := v.(*[]byte)
+	if !ok {
+		return nil, fmt.Errorf("rawCodec: cannot marshal %T", v)
+	}
+	return *b, nil
+}
+
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	b, ok := v.(*[]byte)
+	if !ok {
+		return fmt.Errorf("rawCodec: cannot unmarshal into %T", v)
+	}
+	*b = append((*b)[:0], data...)
+	return nil
+}
+
+func (rawCodec) Name() string { return "proto" }
+
+// decodeIdle reads `Idle { double seconds = 1; }`: field 1, wire type 1 (tag 0x09) and 8 bytes
+// of little-endian f64; absent means 0.0. Other fields are skipped, as protobuf requires.
+func decodeIdle(b []byte) (float64, error) {
+	seconds := 0.0
+	for len(b) > 0 {
+		tag, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, errors.New("Idle: bad tag")
+		}
+		b = b[n:]
+		switch tag & 7 {
+		case 0: // varint
+			_, n := binary.Uvarint(b)
+			if n <= 0 {
+				return 0, errors.New("Idle: bad varint")
+			}
+			b = b[n:]
+		case 1: // fixed64
+			if len(b) < 8 {
+				return 0, errors.New("Idle: short fixed64")
+			}
+			if tag>>3 == 1 {
+				seconds = math.Float64frombits(binary.LittleEndian.Uint64(b))
+			}
+			b = b[8:]
+		case 2: // length-delimited
+			l, n := binary.Uvarint(b)
+			if n <= 0 || uint64(len(b)-n) < l {
+				return 0, errors.New("Idle: bad length")
+			}
+			b = b[n+int(l):]
+		case 5: // fixed32
+			if len(b) < 4 {
+				return 0, errors.New("Idle: short fixed32")
+			}
+			b = b[4:]
+		default:
+			return 0, fmt.Errorf("Idle: wire type %d", tag&7)
+		}
+	}
+	return seconds, nil
+}
+
+// idle makes one poll; resp is the caller's buffer, reused from call to call.
+func idle(ctx context.Context, conn *grpc.ClientConn, resp *[]byte) (float64, error) {
+	req := []byte{} // Void: zero bytes
+	if err := conn.Invoke(ctx, method, &req, resp); err != nil {
+		return 0, err
+	}
+	seconds, err := decodeIdle(*resp)
+	if err == nil && !(seconds >= 0) { // negative or NaN
+		err = fmt.Errorf("Idle: seconds = %v", seconds)
+	}
+	return seconds, err
+}
+
+func dial(addr string) *grpc.ClientConn {
+	target := addr
+	if !strings.Contains(addr, "://") {
+		target = "passthrough:///" + addr
+	}
+	conn, err := grpc.NewClient(target,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+	if err != nil {
+		fail(err)
+	}
+	return conn
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "grpc-go-bench:", err)
+	os.Exit(1)
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: grpc-go-bench seq ADDR N WARMUP | burst ADDR LEVELS SECONDS")
+	os.Exit(2)
+}
+
+func main() {
+	if len(os.Args) != 5 {
+		usage()
+	}
+	switch os.Args[1] {
+	case "seq":
+		n, err1 := strconv.Atoi(os.Args[3])
+		warmup, err2 := strconv.Atoi(os.Args[4])
+		if err1 != nil || err2 != nil || n < 1 || warmup < 0 {
+			usage()
+		}
+		seq(os.Args[2], n, warmup)
+	case "burst":
+		var levels []int
+		for _, s := range strings.Split(os.Args[3], ",") {
+			l, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || l < 1 {
+				usage()
+			}
+			levels = append(levels, l)
+		}
+		seconds, err := strconv.ParseFloat(os.Args[4], 64)
+		if err != nil {
+			usage()
+		}
+		burst(os.Args[2], levels, seconds)
+	default:
+		usage()
+	}
+}
+
+func seq(addr string, n, warmup int) {
+	conn := dial(addr)
+	defer conn.Close()
+	ctx := context.Background()
+	resp := make([]byte, 0, 16)
+	for i := 0; i < warmup; i++ {
+		if _, err := idle(ctx, conn, &resp); err != nil {
+			fail(err)
+		}
+	}
+	samples := make([]int64, n)
+	last := 0.0
+	cpu := processCPU()
+	start := time.Now()
+	for i := range samples {
+		t := time.Now()
+		seconds, err := idle(ctx, conn, &resp)
+		if err != nil {
+			fail(err)
+		}
+		samples[i] = time.Since(t).Nanoseconds()
+		last = seconds
+	}
+	elapsed := time.Since(start).Seconds()
+	cpu = processCPU() - cpu
+	var sum int64
+	for _, s := range samples {
+		sum += s
+	}
+	fmt.Fprintf(os.Stderr, "grpc-go-bench: last Idle.seconds = %g (%d response bytes)\n", last, len(resp))
+	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
+	pick := func(q float64) float64 {
+		i := int(math.Ceil(q * float64(n)))
+		i = max(1, min(i, n))
+		return float64(samples[i-1]) / 1e3
+	}
+	fmt.Printf("{\"n\":%d,\"median_us\":%.2f,\"p99_us\":%.2f,\"mean_us\":%.2f,\"min_us\":%.2f,\"polls_per_s\":%.1f,\"cpu_us_per_poll\":%.2f}\n",
+		n, pick(0.5), pick(0.99), float64(sum)/float64(n)/1e3, float64(samples[0])/1e3,
+		float64(n)/elapsed, cpu*1e6/float64(n))
+}
+
+type level struct {
+	Concurrency int     `json:"concurrency"`
+	Bursts      int     `json:"bursts"`
+	OK          int64   `json:"ok"`
+	Failed      int64   `json:"failed"`
+	PollsPerS   float64 `json:"polls_per_s"`
+	FirstError  string  `json:"first_error"`
+}
+
+// burst: for each level, bursts of `level` goroutines each making one poll on the one
+// ClientConn, repeated until `seconds` have passed (at least one burst per level).
+func burst(addr string, levels []int, seconds float64) {
+	conn := dial(addr)
+	defer conn.Close()
+	{ // connect outside the measurement
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp := []byte{}
+		_, err := idle(ctx, conn, &resp)
+		cancel()
+		if err != nil {
+			fail(err)
+		}
+	}
+	budget := time.Duration(seconds * float64(time.Second))
+	rows := []level{}
+	for _, lv := range levels {
+		var ok, failed atomic.Int64
+		var mu sync.Mutex
+		firstError := ""
+		bursts := 0
+		start := time.Now()
+		for bursts == 0 || time.Since(start) < budget {
+			var wg sync.WaitGroup
+			wg.Add(lv)
+			for i := 0; i < lv; i++ {
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+					defer cancel()
+					resp := []byte{}
+					if _, err := idle(ctx, conn, &resp); err != nil {
+						failed.Add(1)
+						mu.Lock()
+						if firstError == "" {
+							firstError = err.Error()
+						}
+						mu.Unlock()
+						return
+					}
+					ok.Add(1)
+				}()
+			}
+			wg.Wait()
+			bursts++
+		}
+		elapsed := time.Since(start).Seconds()
+		rows = append(rows, level{Concurrency: lv, Bursts: bursts, OK: ok.Load(),
+			Failed: failed.Load(), FirstError: firstError,
+			PollsPerS: math.Round(float64(ok.Load()+failed.Load())/elapsed*10) / 10})
+	}
+	out, err := json.Marshal(map[string]any{"levels": rows})
+	if err != nil {
+		fail(err)
+	}
+	fmt.Println(string(out))
+}
+
+// processCPU is this process's user + system CPU time (all threads), in seconds.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}

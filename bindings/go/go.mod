@@ -1,0 +1,3 @@
+module github.com/libwool/libwool/bindings/go
+
+go 1.24
