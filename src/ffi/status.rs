@@ -101,11 +101,11 @@ mod tests {
 
     #[test]
     fn values_are_the_contracts() {
-        for value in 0..=6 {
+        for value in 0..=7 {
             let status = wool_status::from_value(value).unwrap();
             assert_eq!(status as c_int, value);
         }
-        assert_eq!(wool_status::from_value(7), None);
+        assert_eq!(wool_status::from_value(8), None);
         assert_eq!(wool_status::from_value(-1), None);
     }
 

@@ -143,14 +143,14 @@ static int case_names(int argc, char **argv) {
     static const char *const names[] = {
         "WOOL_STATUS_OK",        "WOOL_STATUS_INVALID_ARGUMENT", "WOOL_STATUS_IDLE_UNAVAILABLE",
         "WOOL_STATUS_TRANSIENT", "WOOL_STATUS_HANDSHAKE",        "WOOL_STATUS_RPC_ERROR",
-        "WOOL_STATUS_PANIC",
+        "WOOL_STATUS_PANIC",     "WOOL_STATUS_CANCELLED",
     };
-    for (int value = 0; value <= 6; value++) {
+    for (int value = 0; value <= 7; value++) {
         CHECK(strcmp(wool_status_name((wool_status)value), names[value]) == 0);
     }
     CHECK(strcmp(wool_status_name(WOOL_STATUS_TRANSIENT), "WOOL_STATUS_TRANSIENT") == 0);
     /* Values that are no wool_status: never NULL, always "WOOL_STATUS_UNKNOWN". */
-    const int unknown[] = {7, 8, 100, -1, 0x7fffffff, (int)0x80000000u};
+    const int unknown[] = {8, 9, 100, -1, 0x7fffffff, (int)0x80000000u};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         const char *name = wool_status_name((wool_status)unknown[i]);
         CHECK(name != NULL && strcmp(name, "WOOL_STATUS_UNKNOWN") == 0);
