@@ -297,11 +297,25 @@ def section_concurrency(tools: dict, addr: str, worker: Server) -> dict:
                           lambda lv: [tools["bench"], "burst", addr, lv, secs, "no-keepalive"]),
         "c_threads": ("C threads on one wool_connection handle (<= 256 threads)",
                       lambda lv: [tools["c_idle"], "burst", addr, lv, secs]),
+        "c_queue": ("C, ONE thread, N in flight on one handle (completion queue)",
+                    lambda lv: [tools["c_idle"], "queue", addr, lv, secs]),
         "wool_python": ("Wool's Python client, asyncio.gather on one WorkerConnection",
                         lambda lv: [tools["wool_python"],
                                     ROOT / "benches/python/wool_client_bench.py", "burst", addr,
                                     lv, secs]),
     }
+    # The Go driver's burst mode (goroutines on one Connection), where the driver has one.
+    go_source = ROOT / "benches/go/main.go"
+    go_burst = [tools["go"], "burst"] if tools.get("go") and '"burst"' in go_source.read_text() \
+        else None
+    if go_burst:
+        drivers["go_goroutines"] = ("Go goroutines on one Connection (binding, queue)",
+                                    lambda lv: go_burst + [addr, lv, secs])
+    asyncio_driver = ROOT / "benches/python/asyncio_idle.py"
+    if asyncio_driver.exists():
+        drivers["py_asyncio"] = ("libwool asyncio (Python), one connection",
+                                 lambda lv: [tools["wool_python"], asyncio_driver, "burst", addr,
+                                             lv, secs])
     if tools.get("grpc_go"):
         drivers["grpc_go"] = ("grpc-go goroutines on one ClientConn (raw codec)",
                               lambda lv: [tools["grpc_go"], "burst", addr, lv, secs])
@@ -347,13 +361,19 @@ def section_fleet(tools: dict) -> dict:
             raise RuntimeError(f"fleet-serve gave {len(addrs)} addresses, wanted {n}")
         path = OUT / "tmp" / "fleet.addrs"
         path.write_text("\n".join(addrs) + "\n")
-        runs = []
+        runs, c_runs = [], []
+        libenv = dict(os.environ)
         for r in range(CFG["FLEET_COLD_RUNS"]):
             log(f"fleet: sweep process {r + 1}/{CFG['FLEET_COLD_RUNS']} (1 cold + "
                 f"{CFG['FLEET_SWEEPS']} warm sweeps, {CFG['FLEET_CONCURRENCY']} in flight)")
             runs.append(run_json([str(tools["bench"]), "sweep", str(path),
                                   str(CFG["FLEET_CONCURRENCY"]), str(CFG["FLEET_SWEEPS"])],
                                  "sweep"))
+            time.sleep(0.5)
+            log(f"fleet: C wool_idle_many {r + 1}/{CFG['FLEET_COLD_RUNS']}")
+            c_runs.append(run_json([str(tools["c_idle"]), "many", str(path),
+                                    str(CFG["FLEET_CONCURRENCY"]), str(CFG["FLEET_SWEEPS"])],
+                                   "wool_idle_many", env=libenv))
             time.sleep(0.5)
     finally:
         fleet.stdin.close()
@@ -368,7 +388,12 @@ def section_fleet(tools: dict) -> dict:
             "fleet_start_s": round(started, 2),
             "cold_ms": cold, "cold_median_ms": round(statistics.median(cold), 2),
             "warm_ms": warm, "warm_median_ms": round(statistics.median(warm), 2) if warm else None,
-            "failures": sum(sum(r["failures"]) for r in runs)}
+            "failures": sum(sum(r["failures"]) for r in runs),
+            "c_many": {
+                "cold_median_ms": round(statistics.median(r["cold_ms"] for r in c_runs), 2),
+                "warm_median_ms": round(statistics.median(
+                    t for r in c_runs for t in r["warm_ms"]), 2),
+                "failures": sum(sum(r["failures"]) for r in c_runs)} if c_runs else None}
 
 
 def measure_handles(argv: list[str], port: int, what: str, **kw) -> dict:
@@ -599,6 +624,32 @@ def targets(res: dict) -> list[dict]:
             rows.append({"target": "  same, C threads on one handle", "goal": ">= 1.0x",
                          "measured": f"{ratio:.2f}x ({c_lv['polls_per_s']:,.0f} polls/s)",
                          "met": ratio >= 1.0, "note": ""})
+    # Calls that do not block (completion queue) and the bindings built on it.
+    rust10k, q10k = by(conc["rust_tasks"], 10000), by(conc.get("c_queue", []), 10000)
+    if rust10k and q10k:
+        ratio = q10k["polls_per_s"] / rust10k["polls_per_s"]
+        add("C, one thread, 10,000 in flight on one handle vs Rust tasks", ">= 0.9x",
+            f"{ratio:.2f}x", ratio >= 0.9,
+            f"{q10k['polls_per_s']:,.0f} vs {rust10k['polls_per_s']:,.0f} polls/s; "
+            f"{q10k['failed']} failed")
+    go256, grpc256 = by(conc.get("go_goroutines", []), 256), by(conc.get("grpc_go", []), 256)
+    if go256 and grpc256:
+        ratio = go256["polls_per_s"] / grpc256["polls_per_s"]
+        add("Go, 256 goroutines on one Connection vs grpc-go at 256", ">= 1.5x", f"{ratio:.2f}x",
+            ratio >= 1.5, f"{go256['polls_per_s']:,.0f} vs {grpc256['polls_per_s']:,.0f} polls/s")
+    py256, wool256 = by(conc.get("py_asyncio", []), 256), by(conc["wool_python"], 256)
+    if py256 and wool256:
+        ratio = py256["polls_per_s"] / wool256["polls_per_s"]
+        add("Python asyncio on libwool at 256 vs Wool's asyncio client at 256", ">= 4x",
+            f"{ratio:.2f}x", ratio >= 4,
+            f"{py256['polls_per_s']:,.0f} vs {wool256['polls_per_s']:,.0f} polls/s")
+    many = res["fleet"].get("c_many")
+    if many and res["fleet"]["warm_median_ms"]:
+        ratio = many["warm_median_ms"] / res["fleet"]["warm_median_ms"]
+        add(f"C fleet call (wool_idle_many) over {res['fleet']['endpoints']:,} workers, warm, "
+            "vs the Rust sweep", "<= 1.1x", f"{ratio:.2f}x", ratio <= 1.1,
+            f"{many['warm_median_ms']:.1f} vs {res['fleet']['warm_median_ms']:.1f} ms; cold "
+            f"{many['cold_median_ms']:.1f} ms; {many['failures']} failed")
     fleet = res["fleet"]
     warm = fleet["warm_median_ms"]
     add(f"{fleet['endpoints']}-endpoint sweep (warm, {fleet['concurrency']} in flight)",
@@ -625,6 +676,9 @@ def targets(res: dict) -> list[dict]:
 SEQ_ORDER = ("a", "a_mt", "b", "b_mt", "b_nk", "c", "d", "e", "f", "g", "h", "c_uds")
 CONC_COLUMNS = (("rust_tasks", "Rust tasks, one WorkerConnection"),
                 ("c_threads", "C threads, one handle"),
+                ("c_queue", "C, one thread, queue"),
+                ("go_goroutines", "Go goroutines, one Connection"),
+                ("py_asyncio", "libwool asyncio, one connection"),
                 ("wool_python", "Wool Python client, one WorkerConnection"),
                 ("grpc_go", "grpc-go goroutines, one ClientConn"))
 
@@ -706,7 +760,11 @@ def markdown(res: dict) -> str:
                  f"endpoint once, {fleet['concurrency']} in flight: **warm sweep (median) "
                  f"{fleet['warm_median_ms']:.1f} ms**, cold sweep (new process: TCP + HTTP/2 "
                  f"handshakes + poll) median {fleet['cold_median_ms']:.1f} ms; "
-                 f"{fleet['failures']} failed polls.\n")
+                 f"{fleet['failures']} failed polls." + (
+                     f" The same from C in one wool_idle_many call per sweep: warm "
+                     f"{fleet['c_many']['warm_median_ms']:.1f} ms, cold "
+                     f"{fleet['c_many']['cold_median_ms']:.1f} ms." if fleet.get("c_many")
+                     else "") + "\n")
     lines.append("### 4. Memory and sockets (handles to one worker, each polled once)\n")
     lines.append("| client | handles | RSS MiB | threads | TCP connections to the worker |")
     lines.append("|---|--:|--:|--:|--:|")
