@@ -35,6 +35,8 @@ suite "setup (Wool venvs, build)" setup
 # shellcheck disable=SC2086
 suite "cargo test" cargo test --features capi --lib --bins --tests --examples ${CARGO_TEST_ARGS:-}
 suite "doc tests" cargo test --features capi --doc
+suite "clippy (warnings denied)" cargo clippy --features capi --all-targets -- -D warnings
+suite "rustdoc (warnings denied)" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features capi
 suite "C harness under valgrind" ./scripts/valgrind-c.sh
 suite "C consumers of the installed library (pkg-config, CMake)" ./scripts/consumers-test.sh
 suite "Go binding (go test -race)" ./scripts/go-test.sh

@@ -366,7 +366,8 @@ fn a_caller_cut_off_mid_task_leaves_the_workers_in_flight_set() {
 /// Channel options out of range are refused before any I/O, naming the option.
 #[test]
 fn channel_options_out_of_range_are_refused_naming_the_option() {
-    let cases: [(&str, fn(&mut ChannelOptions)); 6] = [
+    type Spoil = fn(&mut ChannelOptions);
+    let cases: [(&str, Spoil); 6] = [
         ("max_receive_message_bytes", |o| {
             o.max_receive_message_bytes = 0
         }),

@@ -52,7 +52,7 @@ struct Args {
 /// Seconds: a finite number >= 0.
 fn seconds(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
-        Ok(value) if value.is_finite() && value >= 0.0 && value < 1e9 => Ok(value),
+        Ok(value) if value.is_finite() && (0.0..1e9).contains(&value) => Ok(value),
         _ => Err(format!("{text:?} is not a number of seconds >= 0")),
     }
 }

@@ -50,7 +50,7 @@ impl Target {
             return Ok(Target::Unix(PathBuf::from(path)));
         }
         if let Some(rest) = text.strip_prefix("ipv4:") {
-            let (host, port) = split_port(rest).map_err(|why| invalid(why))?;
+            let (host, port) = split_port(rest).map_err(&invalid)?;
             host.parse::<Ipv4Addr>()
                 .map_err(|_| invalid("not an IPv4 address"))?;
             return Ok(Target::Tcp {
@@ -59,7 +59,7 @@ impl Target {
             });
         }
         if let Some(rest) = text.strip_prefix("ipv6:") {
-            let (host, port) = split_port(rest).map_err(|why| invalid(why))?;
+            let (host, port) = split_port(rest).map_err(&invalid)?;
             let host =
                 unbracket(host).ok_or_else(|| invalid("IPv6 address must be in brackets"))?;
             host.parse::<Ipv6Addr>()
@@ -82,7 +82,7 @@ impl Target {
                 "unknown scheme or stray '/' (use host:port, dns:, ipv4:, ipv6: or unix:)",
             ));
         }
-        let (host, port) = split_port(rest).map_err(|why| invalid(why))?;
+        let (host, port) = split_port(rest).map_err(&invalid)?;
         let host = match unbracket(host) {
             Some(v6) => {
                 v6.parse::<Ipv6Addr>()

@@ -315,7 +315,7 @@ mod tests {
             out.extend(adapter.pending.drain(..adapter.releasable));
             adapter.releasable = 0;
         }
-        out.extend(adapter.pending.drain(..));
+        out.append(&mut adapter.pending);
         out
     }
 

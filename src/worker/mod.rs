@@ -277,52 +277,49 @@ impl WorkerBuilder {
         let router = server.add_service(service);
         let shutdown = state.shutdown.clone();
         let count = Arc::clone(&accepted);
-        let (address, unix_path, server_task): (
-            String,
-            Option<(PathBuf, (u64, u64))>,
-            JoinHandle<Result<(), tonic::transport::Error>>,
-        ) = match &self.listen {
-            ListenAddress::Tcp(spec) => {
-                let listener =
-                    TcpListener::bind(spec.as_str())
-                        .await
-                        .map_err(|source| WorkerError::Bind {
+        let (address, unix_path, server_task): (String, Option<BoundSocket>, ServerTask) =
+            match &self.listen {
+                ListenAddress::Tcp(spec) => {
+                    let listener = TcpListener::bind(spec.as_str()).await.map_err(|source| {
+                        WorkerError::Bind {
+                            address: spec.clone(),
+                            source,
+                        }
+                    })?;
+                    let local: SocketAddr =
+                        listener.local_addr().map_err(|source| WorkerError::Bind {
                             address: spec.clone(),
                             source,
                         })?;
-                let local: SocketAddr =
-                    listener.local_addr().map_err(|source| WorkerError::Bind {
-                        address: spec.clone(),
-                        source,
-                    })?;
-                let incoming = TcpListenerStream::new(listener).map(move |stream| {
-                    let stream = stream?;
-                    count.fetch_add(1, Ordering::Relaxed);
-                    stream.set_nodelay(true)?;
-                    Ok::<_, std::io::Error>(stream)
-                });
-                let task = tokio::spawn(
-                    router.serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned()),
-                );
-                (local.to_string(), None, task)
-            }
-            ListenAddress::Unix(path) => {
-                remove_stale_socket(path);
-                let listener = UnixListener::bind(path).map_err(|source| WorkerError::Bind {
-                    address: format!("unix:{}", path.display()),
-                    source,
-                })?;
-                let incoming = UnixListenerStream::new(listener).map(move |stream| {
-                    count.fetch_add(1, Ordering::Relaxed);
-                    stream.map(authority::LenientAuthority::new)
-                });
-                let task = tokio::spawn(
-                    router.serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned()),
-                );
-                let bound = file_identity(path).map(|identity| (path.clone(), identity));
-                (format!("unix:{}", path.display()), bound, task)
-            }
-        };
+                    let incoming = TcpListenerStream::new(listener).map(move |stream| {
+                        let stream = stream?;
+                        count.fetch_add(1, Ordering::Relaxed);
+                        stream.set_nodelay(true)?;
+                        Ok::<_, std::io::Error>(stream)
+                    });
+                    let task = tokio::spawn(
+                        router.serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned()),
+                    );
+                    (local.to_string(), None, task)
+                }
+                ListenAddress::Unix(path) => {
+                    remove_stale_socket(path);
+                    let listener =
+                        UnixListener::bind(path).map_err(|source| WorkerError::Bind {
+                            address: format!("unix:{}", path.display()),
+                            source,
+                        })?;
+                    let incoming = UnixListenerStream::new(listener).map(move |stream| {
+                        count.fetch_add(1, Ordering::Relaxed);
+                        stream.map(authority::LenientAuthority::new)
+                    });
+                    let task = tokio::spawn(
+                        router.serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned()),
+                    );
+                    let bound = file_identity(path).map(|identity| (path.clone(), identity));
+                    (format!("unix:{}", path.display()), bound, task)
+                }
+            };
         Ok(WorkerHandle {
             address,
             unix_path,
@@ -332,6 +329,12 @@ impl WorkerBuilder {
         })
     }
 }
+
+/// The Unix socket a worker bound and its file identity (see [`file_identity`]).
+type BoundSocket = (PathBuf, (u64, u64));
+
+/// The task serving the gRPC server.
+type ServerTask = JoinHandle<Result<(), tonic::transport::Error>>;
 
 /// Removes a leftover socket file so a restarted worker can bind the same path: only a socket
 /// (never another kind of file) and only a dead one (nobody accepts on it). A live worker's
