@@ -13,51 +13,21 @@ use wool::ffi::{self, wool_completion, wool_status};
 async fn serve_hanging_idle(
     dropped: std::sync::mpsc::Sender<()>,
 ) -> (String, tokio::task::JoinHandle<()>) {
-    use wool::protocol::worker_server::{Worker, WorkerServer};
-    use wool::protocol::{Idle, Request, Response, StopRequest, Void};
-
-    struct Hanging(std::sync::Mutex<std::sync::mpsc::Sender<()>>);
     struct Report(std::sync::mpsc::Sender<()>);
     impl Drop for Report {
         fn drop(&mut self) {
             let _ = self.0.send(());
         }
     }
-
-    #[tonic::async_trait]
-    impl Worker for Hanging {
-        type dispatchStream = tokio_stream::Empty<Result<Response, tonic::Status>>;
-        async fn dispatch(
-            &self,
-            _: tonic::Request<tonic::Streaming<Request>>,
-        ) -> Result<tonic::Response<Self::dispatchStream>, tonic::Status> {
-            Err(tonic::Status::unimplemented("not in this test"))
-        }
-        async fn stop(
-            &self,
-            _: tonic::Request<StopRequest>,
-        ) -> Result<tonic::Response<Void>, tonic::Status> {
-            Ok(tonic::Response::new(Void {}))
-        }
-        async fn idle(
-            &self,
-            _: tonic::Request<Void>,
-        ) -> Result<tonic::Response<Idle>, tonic::Status> {
-            let _report = Report(self.0.lock().unwrap().clone());
+    let dropped = std::sync::Mutex::new(dropped);
+    common::serve_idle_with(move || {
+        let report = Report(dropped.lock().unwrap().clone());
+        Box::pin(async move {
+            let _report = report;
             std::future::pending().await
-        }
-    }
-
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let task = tokio::spawn(async move {
-        let _ = tonic::transport::Server::builder()
-            .add_service(WorkerServer::new(Hanging(std::sync::Mutex::new(dropped))))
-            .serve_with_incoming(incoming)
-            .await;
-    });
-    (address, task)
+        })
+    })
+    .await
 }
 
 /// Given an idle poll started without blocking that the worker never answers, when it is

@@ -230,16 +230,34 @@ pub async fn serve_legacy_worker() -> (String, tokio::task::JoinHandle<()>) {
     serve_worker_double(None).await
 }
 
-/// A stand-in worker whose `idle` answers `reading` (any f64, NaN included), or, for `None`,
-/// `UNIMPLEMENTED` like a worker that predates the RPC. `stop` answers at once.
+/// A worker double answering `idle` with `reading` (`None`: `UNIMPLEMENTED`, as a worker that
+/// predates the RPC), `stop` with success, and nothing else. Serves on the current runtime until
+/// the returned task is aborted; returns its address.
 pub async fn serve_worker_double(reading: Option<f64>) -> (String, tokio::task::JoinHandle<()>) {
+    serve_idle_with(move || {
+        Box::pin(
+            async move { reading.ok_or_else(|| tonic::Status::unimplemented("Method not found!")) },
+        )
+    })
+    .await
+}
+
+/// What a worker double's `idle` does: the reading, or the status to fail with.
+pub type IdleAnswer =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<f64, tonic::Status>> + Send>>;
+
+/// A worker double whose `idle` runs `idle()` (e.g. a future that never ends, to be cancelled);
+/// `stop` succeeds, `dispatch` is UNIMPLEMENTED.
+pub async fn serve_idle_with(
+    idle: impl Fn() -> IdleAnswer + Send + Sync + 'static,
+) -> (String, tokio::task::JoinHandle<()>) {
     use wool::protocol::worker_server::{Worker, WorkerServer};
     use wool::protocol::{Idle, Request, Response, StopRequest, Void};
 
-    struct Double(Option<f64>);
+    struct Double<F>(F);
 
     #[tonic::async_trait]
-    impl Worker for Double {
+    impl<F: Fn() -> IdleAnswer + Send + Sync + 'static> Worker for Double<F> {
         type dispatchStream = tokio_stream::Empty<Result<Response, tonic::Status>>;
 
         async fn dispatch(
@@ -262,10 +280,8 @@ pub async fn serve_worker_double(reading: Option<f64>) -> (String, tokio::task::
             &self,
             _: tonic::Request<Void>,
         ) -> Result<tonic::Response<Idle>, tonic::Status> {
-            match self.0 {
-                Some(seconds) => Ok(tonic::Response::new(Idle { seconds })),
-                None => Err(tonic::Status::unimplemented("Method not found!")),
-            }
+            let seconds = (self.0)().await?;
+            Ok(tonic::Response::new(Idle { seconds }))
         }
     }
 
@@ -274,7 +290,7 @@ pub async fn serve_worker_double(reading: Option<f64>) -> (String, tokio::task::
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let task = tokio::spawn(async move {
         let _ = tonic::transport::Server::builder()
-            .add_service(WorkerServer::new(Double(reading)))
+            .add_service(WorkerServer::new(Double(idle)))
             .serve_with_incoming(incoming)
             .await;
     });
