@@ -20,7 +20,12 @@ WOOL_STATUS_TRANSIENT           `TransientRpcError` (an `RpcError`)
 WOOL_STATUS_HANDSHAKE           `HandshakeError` (a `TransientRpcError`)
 WOOL_STATUS_RPC_ERROR           `RpcError`
 WOOL_STATUS_PANIC               `LibraryPanic` (a `RuntimeError`: a bug in libwool)
+WOOL_STATUS_CANCELLED           `Cancelled` (a `WoolError`; no blocking call gives it today)
 ==============================  ===========================================================
+
+For asyncio, `libwool.aio` has the same calls as coroutines (``await conn.idle()``), built on
+libwool's completion queue: many polls in flight from one thread, and cancelling the awaiting
+task resets the call's HTTP/2 stream. There a cancelled call is `asyncio.CancelledError`.
 
 Channel settings (message size limits, HTTP/2 keepalive, concurrent streams, the connect
 timeout) are keyword arguments of `WorkerConnection`, as Wool's ``ChannelOptions``. With the
@@ -54,6 +59,7 @@ from . import _ffi
 from ._ffi import Library, LibraryNotFound, load
 
 __all__ = [
+    "Cancelled",
     "HandshakeError",
     "IdleUnavailable",
     "Library",
@@ -158,12 +164,45 @@ class LibraryPanic(RuntimeError):
     status = "WOOL_STATUS_PANIC"
 
 
+class Cancelled(_CallFailure, WoolError):
+    """The call was cancelled by its caller before it completed (WOOL_STATUS_CANCELLED, gRPC
+    code 1 CANCELLED): its HTTP/2 stream was reset. Says nothing about the worker's health.
+
+    Only calls started on a completion queue can be cancelled (``wool_cancel``), so the
+    blocking `WorkerConnection.idle` and `stop` never raise it today; it exists so that the
+    status has a name. `libwool.aio` turns a cancelled call into `asyncio.CancelledError`
+    instead, which is what cancelling an awaiting task gives in asyncio.
+    """
+
+    status = "WOOL_STATUS_CANCELLED"
+
+
 _ERRORS: dict[int, type[_CallFailure]] = {
     _ffi.IDLE_UNAVAILABLE: IdleUnavailable,
     _ffi.TRANSIENT: TransientRpcError,
     _ffi.HANDSHAKE: HandshakeError,
     _ffi.RPC_ERROR: RpcError,
+    _ffi.CANCELLED: Cancelled,
 }
+
+
+def _error(library: Library, status: int, message: str, code: int) -> Exception:
+    """The exception for a failed `status` with its message and gRPC code (or -1).
+
+    Shared by the blocking calls (which read the thread's last error) and `libwool.aio`
+    (which reads them from a queue's completion), so both raise the same classes.
+    """
+    if status == _ffi.INVALID_ARGUMENT:
+        return ValueError(message)
+    if status == _ffi.PANIC:
+        return LibraryPanic(message)
+    error = _ERRORS.get(status)
+    if error is None:
+        return RuntimeError(
+            f"libwool returned an unknown status {status} ({library.status_name(status)}): "
+            f"{message}"
+        )
+    return error(code, message)
 
 
 def _check(library: Library, status: int) -> None:
@@ -171,17 +210,7 @@ def _check(library: Library, status: int) -> None:
     if status == _ffi.OK:
         return
     message, code = library.last_error()  # thread-local: same thread, right after the call
-    if status == _ffi.INVALID_ARGUMENT:
-        raise ValueError(message)
-    if status == _ffi.PANIC:
-        raise LibraryPanic(message)
-    error = _ERRORS.get(status)
-    if error is None:
-        raise RuntimeError(
-            f"libwool returned an unknown status {status} ({library.status_name(status)}): "
-            f"{message}"
-        )
-    raise error(code, message)
+    raise _error(library, status, message, code)
 
 
 # ---------------------------------------------------------------- argument conversion
@@ -396,9 +425,10 @@ class WorkerConnection:
 
     Thread-safe: many threads may call `idle` (and `stop`) on one connection at once; each
     call blocks only its own thread. A blocked call cannot be interrupted (Ctrl-C is handled
-    once it returns), so give a `timeout` where waiting forever is not wanted. Use it as a context manager, or call `close`; relying
-    on garbage collection works but releases the channel at an unpredictable time (and
-    emits a `ResourceWarning`, like an unclosed file).
+    once it returns), so give a `timeout` where waiting forever is not wanted (or use
+    `libwool.aio`, whose calls can be cancelled). Use it as a context manager, or call
+    `close`; relying on garbage collection works but releases the channel at an
+    unpredictable time (and emits a `ResourceWarning`, like an unclosed file).
 
     :param target: ``host:port``, ``dns:host:port``, ``dns:///host:port``,
         ``ipv4:address:port``, ``ipv6:[address]:port``, ``[v6address]:port`` or

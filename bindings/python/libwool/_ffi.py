@@ -145,7 +145,8 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
         _wool_status,
         [ctypes.c_char_p, CredentialsPtr, ChannelOptionsPtr, ctypes.POINTER(ConnectionPtr)],
     ),
-    # Many calls at once (declared for fidelity to the header; no Python API over them yet).
+    # Many calls at once: the completion queue is what libwool.aio runs on; wool_idle_many
+    # only checks aio.idle_many's arguments (the sweep itself runs on the queue, cancellable).
     "wool_idle_many": (
         _wool_status,
         [

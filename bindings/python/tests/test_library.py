@@ -149,7 +149,7 @@ def test_status_values_match_the_library_names():
         _ffi.HANDSHAKE: libwool.HandshakeError.status,
         _ffi.RPC_ERROR: libwool.RpcError.status,
         _ffi.PANIC: libwool.LibraryPanic.status,
-        _ffi.CANCELLED: "WOOL_STATUS_CANCELLED",
+        _ffi.CANCELLED: libwool.Cancelled.status,
     }
     for value, name in expected.items():
         assert LIBRARY.status_name(value) == name
@@ -163,6 +163,8 @@ def test_exception_hierarchy_is_wools():
     assert issubclass(libwool.IdleUnavailable, libwool.WoolError)
     assert not issubclass(libwool.IdleUnavailable, libwool.RpcError)
     assert issubclass(libwool.LibraryPanic, RuntimeError)
+    assert issubclass(libwool.Cancelled, libwool.WoolError)
+    assert not issubclass(libwool.Cancelled, libwool.RpcError)
 
 
 def test_each_thread_reads_its_own_last_error():
@@ -201,6 +203,7 @@ def test_each_thread_reads_its_own_last_error():
         (_ffi.HANDSHAKE, libwool.HandshakeError),
         (_ffi.RPC_ERROR, libwool.RpcError),
         (_ffi.PANIC, libwool.LibraryPanic),
+        (_ffi.CANCELLED, libwool.Cancelled),
         (42, RuntimeError),
     ],
 )

@@ -1,0 +1,547 @@
+"""asyncio API of libwool: ``await worker.idle()``, ``await worker.stop()``, `idle_many`.
+
+    import asyncio
+    from libwool import aio
+
+    async def main():
+        async with aio.WorkerConnection("127.0.0.1:50051") as worker:
+            if await worker.idle(timeout=5.0) >= 300.0:   # seconds continuously idle
+                await worker.stop(grace=30.0)             # retire it
+
+        # a fleet: one deadline, at most 100 polls in flight, one result or exception each
+        workers = [aio.WorkerConnection(a) for a in addresses]
+        for address, result in zip(addresses, await aio.idle_many(workers, timeout=5.0)):
+            ...
+
+    asyncio.run(main())
+
+The shape is that of Wool's own asyncio client (``wool.WorkerConnection``: ``await
+conn.idle(timeout=...)``, ``await conn.stop(...)``, ``await conn.close()``), and the failures are
+the blocking API's classes (`libwool.TransientRpcError`, `libwool.IdleUnavailable`, ...; a bad
+argument or a closed connection is `ValueError`, raised by the ``await`` before any I/O).
+
+How it works
+    Each event loop gets one libwool completion queue (``wool_queue``), made on the loop's
+    first call and watched with ``loop.add_reader`` on its file descriptor (an eventfd,
+    readable while completions wait). A call starts with ``wool_idle_start`` /
+    ``wool_stop_start``, which do no I/O and return at once; a thread of the library drives the
+    call, and nothing in the library ever calls into Python. When the descriptor turns
+    readable the loop collects every waiting completion (``wool_queue_next``, no wait) and
+    resolves the callers' futures by tag. No Python thread is used per call: thousands of
+    calls may be in flight from one loop, sharing the connection's pooled HTTP/2 channel (at
+    most ``max_concurrent_streams`` streams open at once; the others wait their turn).
+
+Cancellation
+    Cancelling a task awaiting `WorkerConnection.idle` or `WorkerConnection.stop`
+    (``task.cancel()``, ``asyncio.wait_for`` or ``asyncio.timeout`` expiring, ``asyncio.run``
+    ending with the task unfinished) calls ``wool_cancel``: the call's HTTP/2 stream is reset,
+    so the worker sees the cancellation, and the task gets `asyncio.CancelledError` at once,
+    even from a worker that has stopped answering. A stop the worker already received may
+    still take effect. A call cancelled by libwool itself (``WOOL_STATUS_CANCELLED`` in a
+    completion) is likewise `asyncio.CancelledError` here; the blocking API names that status
+    `libwool.Cancelled`, which asyncio code never sees.
+
+Cleanup
+    A loop's queue is released (its reader removed, its descriptor closed) once the loop is
+    closed: when the loop is garbage-collected, or when any loop next makes its queue,
+    whichever comes first (``asyncio.run`` cancels its leftover tasks first, which cancels
+    their calls). Nothing needs closing by hand but the connections (``await
+    conn.close()`` or ``async with``).
+
+Requirements
+    An event loop with ``add_reader``: asyncio's selector loop (the default on Linux) or
+    uvloop; not the Windows proactor loop. The library's queue is Linux-only (eventfd).
+    Use a loop only in the process that made it: after ``os.fork()`` the child forgets the
+    parent's queues (without freeing them; they belong to the parent) and makes its own on a
+    new loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import itertools
+import math
+import numbers
+import os
+import struct
+import threading
+import weakref
+from collections.abc import Iterable
+from typing import Union
+
+from . import _ffi
+from . import WorkerConnection as _BlockingConnection
+from . import WorkerCredentials, _c_seconds, _check, _error
+from ._ffi import Library
+
+__all__ = ["WorkerConnection", "idle_many"]
+
+#: Completions collected per ``wool_queue_next`` call.
+_BATCH = 256
+
+_OK = _ffi.OK
+_CANCELLED = _ffi.CANCELLED
+
+# A completion's leading fields (tag, call, status, rpc_code, seconds), read straight from the
+# collected buffer: cheaper than a ctypes structure object per completion.
+_COMPLETION_HEAD = struct.Struct("=QQiid")
+_COMPLETION_SIZE = ctypes.sizeof(_ffi.wool_completion)
+_MESSAGE_OFFSET = _ffi.wool_completion.message.offset
+if _COMPLETION_HEAD.size != _MESSAGE_OFFSET:  # pragma: no cover (the layout is fixed)
+    raise ImportError("libwool.aio: unexpected wool_completion layout")
+
+
+# ---------------------------------------------------------------- one queue per event loop
+
+
+class _LoopQueue:
+    """One ``wool_queue`` serving one event loop: its descriptor is a reader of the loop, and
+    the futures of the calls started on it wait in `_pending` by tag until their completion is
+    collected. Everything but `free` (and the fork reset) runs on the loop's thread."""
+
+    def __init__(self, library: Library, loop: asyncio.AbstractEventLoop):
+        handle = _ffi.QueuePtr()
+        _check(library, library.wool_queue_new(ctypes.byref(handle)))
+        self.library = library
+        self.handle: _ffi.QueuePtr | None = handle
+        self.fd = int(library.wool_queue_fd(handle))
+        self._loop = weakref.ref(loop)  # the loop's registry entry must not keep it alive
+        self._pending: dict[int, asyncio.Future] = {}
+        self._tags = itertools.count(1)
+        self._buffer = (_ffi.wool_completion * _BATCH)()
+        self._bytes = memoryview(self._buffer).cast("B")
+        self._count = ctypes.c_size_t()
+        self._count_ref = ctypes.byref(self._count)
+        self._call = ctypes.c_uint64()  # the loop's thread starts one call at a time
+        self._call_ref = ctypes.byref(self._call)
+        self._lock = threading.Lock()  # `free` (any thread) against `cancel`
+        self._finalizer: weakref.finalize | None = None
+        #: Completions collected with WOOL_STATUS_CANCELLED (diagnostics, tests): each is a
+        #: call that ``wool_cancel`` reset while it was in flight.
+        self.cancelled = 0
+        try:
+            loop.add_reader(self.fd, self._drain)
+        except NotImplementedError:
+            library.wool_queue_free(handle)
+            self.handle = None
+            raise RuntimeError(
+                f"libwool.aio needs an event loop with add_reader (a selector loop or uvloop), "
+                f"not {type(loop).__name__}"
+            ) from None
+        except BaseException:
+            library.wool_queue_free(handle)
+            self.handle = None
+            raise
+
+    @property
+    def in_flight(self) -> int:
+        """Calls started on this queue whose completion has not been collected yet."""
+        return len(self._pending)
+
+    def start(self, loop, conn: _BlockingConnection, function, args: tuple):
+        """Start a call (`function` is wool_idle_start or wool_stop_start) of `conn` on this
+        queue: returns (future, tag, call id); raises as the blocking call would for a bad
+        argument or a closed connection."""
+        tag = next(self._tags)
+        # The connection's lock is held over the start (which never blocks), so that `close`
+        # cannot free the handle meanwhile; once started, the call holds its own reference.
+        with conn._lock:
+            if conn._closed:
+                raise ValueError(f"operation on a closed {conn!r}")
+            status = function(conn._handle, self.handle, *args, tag, self._call_ref)
+            if status != _OK:
+                _check(conn._library, status)  # the thread's last error: right after the call
+        future = loop.create_future()
+        self._pending[tag] = future
+        return future, tag, self._call.value
+
+    def cancel(self, tag: int, call: int) -> None:
+        """Cancel a call whose awaiting coroutine is gone (cancelled, closed): the library
+        resets its stream and queues a WOOL_STATUS_CANCELLED completion before
+        ``wool_cancel`` returns (a call that already completed is left alone, its completion
+        waiting); on the loop's thread both are collected at once."""
+        with self._lock:
+            if self.handle is None:  # freed with its loop, or forgotten after a fork
+                self._pending.pop(tag, None)
+                return
+            self.library.wool_cancel(self.handle, call)
+        loop = self._loop()
+        if loop is not None and _running_loop() is loop:
+            self._drain()
+        else:  # e.g. a coroutine closed by the garbage collector on another thread
+            self._pending.pop(tag, None)
+
+    def _drain(self) -> None:
+        """The reader: collect every waiting completion and resolve its future."""
+        handle = self.handle
+        if handle is None:  # forgotten after a fork: stop watching the parent's descriptor
+            loop = self._loop()
+            if loop is not None and not loop.is_closed():
+                loop.remove_reader(self.fd)
+            return
+        library = self.library
+        buffer = self._buffer
+        data = self._bytes
+        count = self._count
+        pending = self._pending
+        unpack = _COMPLETION_HEAD.unpack_from
+        while True:
+            status = library.wool_queue_next(handle, buffer, _BATCH, 0.0, self._count_ref)
+            if status != _OK:  # cannot happen with these arguments; never spin on it
+                message, _ = library.last_error()
+                error = RuntimeError(f"libwool.aio: collecting completions failed: {message}")
+                for future in pending.values():
+                    if not future.done():
+                        future.set_exception(error)
+                self.free()  # the loop's next call makes a new queue
+                raise error
+            n = count.value
+            for offset in range(0, n * _COMPLETION_SIZE, _COMPLETION_SIZE):
+                tag, _, status, code, seconds = unpack(data, offset)
+                future = pending.pop(tag, None)
+                if status == _CANCELLED:
+                    self.cancelled += 1
+                if future is None or future.done():  # its awaiter was cancelled
+                    continue
+                if status == _OK:
+                    future.set_result(seconds)
+                    continue
+                completion = buffer[offset // _COMPLETION_SIZE]  # a failure: the slow path
+                message = completion.message.decode("utf-8", errors="replace")
+                if status == _CANCELLED:
+                    future.cancel(message)
+                else:
+                    future.set_exception(_error(library, status, message, code))
+            if n < _BATCH:
+                return
+
+    def free(self) -> None:
+        """Release the queue (idempotent; any thread): remove the reader if the loop is still
+        open, drop the futures without resolving them, free the ``wool_queue`` (which cancels
+        its calls in flight and closes the descriptor)."""
+        with self._lock:
+            handle, self.handle = self.handle, None
+        if handle is None:
+            return
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        loop = self._loop()
+        if loop is not None and not loop.is_closed():
+            loop.remove_reader(self.fd)
+        self._pending.clear()
+        self.library.wool_queue_free(handle)
+
+    def forget(self) -> None:
+        """In a forked child: drop the parent's queue without touching it."""
+        self._lock = threading.Lock()
+        self.handle = None
+        self._pending.clear()
+        if self._finalizer is not None:
+            self._finalizer.detach()
+
+
+def _running_loop():
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+# loop -> {library: queue}. Weak on the loop (a loop that cannot be weakly referenced is held
+# until it is closed and the next sweep drops it).
+_queues: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_strong_queues: dict = {}
+_registry_lock = threading.Lock()
+
+
+def _queue_for(loop: asyncio.AbstractEventLoop, library: Library) -> _LoopQueue:
+    """The queue of `loop` for `library`, made (and registered as the loop's reader) on first
+    use. Call on the loop's thread, while it runs."""
+    try:
+        per_loop = _queues.get(loop)
+    except TypeError:
+        per_loop = _strong_queues.get(loop)
+    if per_loop is not None:
+        queue = per_loop.get(library)
+        if queue is not None and queue.handle is not None:
+            return queue
+    with _registry_lock:
+        _sweep_closed_loops()
+        try:
+            per_loop = _queues.setdefault(loop, {})
+        except TypeError:
+            per_loop = _strong_queues.setdefault(loop, {})
+        queue = per_loop.get(library)
+        if queue is None or queue.handle is None:
+            queue = per_loop[library] = _LoopQueue(library, loop)
+            try:
+                # Freed when the loop is garbage-collected; not at interpreter exit, when a
+                # daemon thread's loop might still be using it (the process ends anyway).
+                queue._finalizer = weakref.finalize(loop, queue.free)
+                queue._finalizer.atexit = False
+            except TypeError:
+                pass  # not weakly referenceable: the sweep frees it once the loop is closed
+        return queue
+
+
+def _sweep_closed_loops() -> None:
+    """With the registry lock: free the queues of loops that have been closed."""
+    for registry in (_queues, _strong_queues):
+        for loop in list(registry.keys()):
+            if loop.is_closed():
+                for queue in registry.pop(loop).values():
+                    queue.free()
+
+
+def _forget_queues_after_fork() -> None:
+    global _registry_lock
+    _registry_lock = threading.Lock()
+    for registry in (_queues, _strong_queues):
+        for per_loop in list(registry.values()):
+            for queue in per_loop.values():
+                queue.forget()
+        registry.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_queues_after_fork)
+
+
+# ---------------------------------------------------------------- connection
+
+
+class WorkerConnection:
+    """A handle to one worker for asyncio code, like Wool's ``wool.WorkerConnection``:
+    ``await idle()``, ``await stop()``, ``await close()`` (or ``async with``).
+
+    Takes the arguments of the blocking `libwool.WorkerConnection` (target, credentials and
+    the channel options as keywords, with the same defaults and errors) and shares its pooled
+    channel with blocking connections of equal settings. Lazy: no I/O until the first call.
+    Any number of calls may be in flight on one connection at once, from any number of tasks
+    (and of event loops, each loop having its own completion queue).
+
+    :param target: as `libwool.WorkerConnection`.
+    :param credentials: `libwool.WorkerCredentials` for a TLS worker; None = plaintext.
+    :param channel_options: keyword-only, as `libwool.WorkerConnection` (``keepalive_interval``,
+        ``max_concurrent_streams``, ``connect_timeout``, ...).
+    """
+
+    def __init__(
+        self,
+        target: str,
+        credentials: WorkerCredentials | None = None,
+        **channel_options,
+    ):
+        self._blocking = _BlockingConnection(target, credentials, **channel_options)
+        self._library = self._blocking._library
+
+    @property
+    def blocking(self) -> _BlockingConnection:
+        """The blocking `libwool.WorkerConnection` behind this one (the same handle): its
+        `idle` and `stop` block the calling thread; closing either closes both."""
+        return self._blocking
+
+    @property
+    def target(self) -> str:
+        return self._blocking.target
+
+    @property
+    def secure(self) -> bool:
+        """True for TLS (credentials were given)."""
+        return self._blocking.secure
+
+    @property
+    def channel_options(self):
+        """The channel options given; the others are Wool's defaults."""
+        return self._blocking.channel_options
+
+    @property
+    def closed(self) -> bool:
+        return self._blocking.closed
+
+    async def idle(self, timeout: float | None = None) -> float:
+        """Seconds the worker has been continuously idle; exactly 0.0 while any task is in
+        flight on it.
+
+        :param timeout: the call's deadline in seconds, positive; None = no deadline (the
+            channel's keepalive still ends a call to a worker that froze). Cancelling the
+            awaiting task (e.g. by ``asyncio.wait_for``) ends the call at once and resets its
+            stream.
+        :raises IdleUnavailable, TransientRpcError, HandshakeError, RpcError: as the
+            blocking `libwool.WorkerConnection.idle`.
+        :raises ValueError: a timeout of 0, negative or NaN, or the connection is closed
+            (raised before anything starts).
+        :raises asyncio.CancelledError: the awaiting task was cancelled.
+        """
+        if timeout is None:
+            deadline = math.inf
+        elif type(timeout) is float:  # the common case, checked no further here: libwool
+            deadline = timeout         # alone decides which values are valid
+        else:
+            deadline = _c_seconds(timeout, "timeout", none_means=math.inf)
+        loop = asyncio.get_running_loop()
+        queue = _queue_for(loop, self._library)
+        future, tag, call = queue.start(
+            loop, self._blocking, self._library.wool_idle_start, (deadline,)
+        )
+        try:
+            return await future
+        finally:
+            if tag in queue._pending:  # not completed: cancelled, or the coroutine closed
+                queue.cancel(tag, call)
+
+    async def stop(self, grace: float = 0.0, timeout: float | None = None) -> None:
+        """Stop (retire) the worker: it refuses new tasks, lets in-flight ones run for
+        `grace`, cancels the rest, and answers once drained. Returns after that answer.
+
+        :param grace: as the blocking `libwool.WorkerConnection.stop`: 0 = cancel in-flight
+            work at once; positive = that long; ``math.inf`` or negative = however long.
+        :param timeout: the call's deadline in seconds, positive; None = no deadline. To see
+            the answer it must exceed the grace.
+        :raises TransientRpcError, HandshakeError, RpcError: as the blocking `stop`.
+        :raises ValueError: a NaN grace, a bad timeout, or the connection is closed.
+        :raises asyncio.CancelledError: the awaiting task was cancelled (the stream is reset;
+            a worker that already received the stop may still retire).
+        """
+        grace_seconds = _c_seconds(grace, "grace", none_means=None)
+        deadline = _c_seconds(timeout, "timeout", none_means=math.inf)
+        loop = asyncio.get_running_loop()
+        queue = _queue_for(loop, self._library)
+        future, tag, call = queue.start(
+            loop, self._blocking, self._library.wool_stop_start, (grace_seconds, deadline)
+        )
+        try:
+            await future
+        finally:
+            if tag in queue._pending:
+                queue.cancel(tag, call)
+
+    async def close(self) -> None:
+        """Release this handle (its share of the pooled channel; the worker keeps running).
+        Idempotent and immediate. Calls already started finish normally (they hold what they
+        need); later calls raise `ValueError`."""
+        self._blocking.close()
+
+    async def __aenter__(self) -> WorkerConnection:
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        self._blocking.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        tls = "TLS" if self.secure else "plaintext"
+        return f"<libwool.aio.WorkerConnection target={self.target!r} {tls} {state}>"
+
+
+# ---------------------------------------------------------------- many workers
+
+
+def _blocking_of(connection) -> _BlockingConnection:
+    if isinstance(connection, WorkerConnection):
+        return connection._blocking
+    if isinstance(connection, _BlockingConnection):
+        return connection
+    raise TypeError(
+        "connections must be libwool.aio.WorkerConnection or libwool.WorkerConnection, "
+        f"not {type(connection).__name__}"
+    )
+
+
+async def idle_many(
+    connections: Iterable[WorkerConnection | _BlockingConnection],
+    timeout: float | None = None,
+    max_in_flight: int = 100,
+) -> list[Union[float, Exception]]:
+    """Poll many workers' idle time at once: at most `max_in_flight` polls in flight, all
+    within one deadline of `timeout` seconds, like ``wool_idle_many`` but without blocking
+    the loop. Never raises for a worker: returns, in `connections` order, each worker's idle
+    seconds (a float) or the exception its `WorkerConnection.idle` would have raised
+    (`TransientRpcError` for an unreachable worker, `IdleUnavailable`, ..., `ValueError` for a
+    closed connection). A poll not started before the deadline is a `TransientRpcError`
+    with code 4 DEADLINE_EXCEEDED. The same connection may appear several times; blocking
+    `libwool.WorkerConnection` objects are accepted too.
+
+    Cancelling the awaiting task cancels every poll in flight (their streams are reset) and
+    starts no more.
+
+    :param timeout: the whole sweep's deadline in seconds, positive; None = none.
+    :param max_in_flight: the most polls in flight at once, at least 1.
+    :raises ValueError: a bad timeout (libwool's message) or `max_in_flight` below 1.
+    :raises TypeError: an element that is not a connection, or a wrong argument type.
+    """
+    conns = [_blocking_of(c) for c in connections]
+    if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, numbers.Integral):
+        raise TypeError(f"max_in_flight must be an int, not {type(max_in_flight).__name__}")
+    max_in_flight = int(max_in_flight)
+    if max_in_flight < 1:
+        raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+    seconds = _c_seconds(timeout, "timeout", none_means=math.inf)
+    libraries = {id(c._library): c._library for c in conns} or {0: _ffi.default()}
+    for library in libraries.values():
+        # The library's own check of the timeout (an empty sweep runs nothing).
+        _check(library, library.wool_idle_many(None, 0, seconds, 1, None, None, None))
+    if not conns:
+        return []
+
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds  # inf stays inf
+    results: list = [None] * len(conns)
+    in_flight: dict[int, tuple[_LoopQueue, int, int]] = {}  # index -> (queue, tag, call)
+    all_done = loop.create_future()
+    state = {"next": 0, "left": len(conns), "stopping": False}
+
+    def finish(index: int, result) -> None:
+        results[index] = result
+        state["left"] -= 1
+        if state["left"] == 0 and not all_done.done():
+            all_done.set_result(None)
+
+    def fill() -> None:
+        while state["next"] < len(conns) and len(in_flight) < max_in_flight:
+            index = state["next"]
+            state["next"] += 1
+            conn = conns[index]
+            left = end - loop.time()
+            if left <= 0.0:
+                finish(index, _error(
+                    conn._library, _ffi.TRANSIENT,
+                    f"idle_many: deadline exceeded: the sweep's {seconds:.3f} s passed "
+                    f"before this poll started", 4,
+                ))
+                continue
+            try:
+                queue = _queue_for(loop, conn._library)
+                future, tag, call = queue.start(
+                    loop, conn, conn._library.wool_idle_start, (left,)
+                )
+            except Exception as e:  # a closed connection: ValueError in its slot
+                finish(index, e)
+                continue
+            in_flight[index] = (queue, tag, call)
+            future.add_done_callback(lambda f, index=index: done(index, f))
+
+    def done(index: int, future: asyncio.Future) -> None:
+        in_flight.pop(index, None)
+        if state["stopping"]:
+            return
+        if future.cancelled():
+            finish(index, _error(conns[index]._library, _CANCELLED,
+                                 "idle_many: the poll was cancelled", 1))
+        else:
+            error = future.exception()
+            finish(index, error if error is not None else future.result())
+        fill()
+
+    fill()
+    try:
+        await all_done
+    finally:
+        if not all_done.done() or all_done.cancelled():
+            state["stopping"] = True
+            for queue, tag, call in list(in_flight.values()):
+                if tag in queue._pending:
+                    queue.cancel(tag, call)
+            in_flight.clear()
+    return results
