@@ -327,7 +327,9 @@ def section_concurrency(tools: dict, addr: str, worker: Server) -> dict:
                 continue
             log(f"concurrency: {label}, N = {level}")
             w0 = worker.cpu_seconds()
-            res = run_json(argv(str(level)), f"{key} burst {level}", timeout=900)
+            kw = {"env": dict(os.environ, LIBWOOL_PATH=str(tools["libwool"]))} \
+                if key == "py_asyncio" else {}
+            res = run_json(argv(str(level)), f"{key} burst {level}", timeout=900, **kw)
             busy_cpu = worker.cpu_seconds() - w0
             for row in res["levels"]:
                 polls = row["ok"] + row["failed"]
