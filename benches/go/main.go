@@ -1,10 +1,24 @@
-// Command wool-bench-go: sequential idle polls through the Go binding (bindings/go), for
-// scripts/bench.sh (see BENCHMARKS.md). Not a test: nothing here asserts on time.
+// Command wool-bench-go: idle polls through the Go binding (bindings/go), for scripts/bench.sh
+// (see BENCHMARKS.md). Not a test: nothing here asserts on time.
 //
-//	wool-bench-go ADDR N WARMUP
+//	wool-bench-go ADDR N WARMUP                sequential polls, one at a time (layer (d))
+//	wool-bench-go seq ADDR N WARMUP            the same
+//	wool-bench-go burst ADDR LEVELS SECONDS    bursts of N goroutines polling at once on ONE
+//	                                           Connection (LEVELS like 1,16,256,10000)
 //
-// Polls with context.Background() (no deadline: the binding then calls wool_idle on the
-// calling goroutine, with no helper goroutine), and prints one line of JSON on stdout.
+// Every poll is Connection.Idle, which starts the call on the library's completion queue
+// (wool_idle_start) and waits on a channel fed by the binding's one dispatcher goroutine, so a
+// waiting goroutine holds no OS thread: a burst of 10,000 runs on a handful of threads.
+// seq polls with context.Background() (no deadline); burst gives each poll a 60 s deadline, as
+// the Rust and grpc-go burst drivers do.
+//
+// Output: one line of JSON on stdout, with the keys of the Rust driver (benches/wool_bench.rs):
+// seq as `seq-raw`/`seq-conn` ({"n","median_us","p99_us","mean_us","min_us","polls_per_s",
+// "cpu_us_per_poll"}), burst as `burst` ({"levels":[{"concurrency","bursts","ok","failed",
+// "polls_per_s","first_error"}]}, plus "os_threads_max": the most OS threads this process had
+// during the bursts, sampled from /proc/self/status; not "max_threads", which benches/run.py
+// reads from a burst driver as the C driver's thread cap).
+//
 // The binding finds libwool through pkg-config; scripts/bench.sh writes a wool.pc for the
 // release build (target/release) and builds this with it:
 //
@@ -13,40 +27,78 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"sort"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	wool "github.com/libwool/libwool/bindings/go"
 )
 
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: wool-bench-go [seq] ADDR N WARMUP | burst ADDR LEVELS SECONDS")
+	os.Exit(2)
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "wool-bench-go:", err)
+	os.Exit(1)
+}
+
 func main() {
-	if len(os.Args) != 4 {
-		fmt.Fprintln(os.Stderr, "usage: wool-bench-go ADDR N WARMUP")
-		os.Exit(2)
+	args := os.Args[1:]
+	mode := "seq"
+	if len(args) == 4 {
+		mode, args = args[0], args[1:]
 	}
-	addr := os.Args[1]
-	n, err1 := strconv.Atoi(os.Args[2])
-	warmup, err2 := strconv.Atoi(os.Args[3])
-	if err1 != nil || err2 != nil || n < 1 || warmup < 0 {
-		fmt.Fprintln(os.Stderr, "wool-bench-go: N and WARMUP are counts")
-		os.Exit(2)
+	if len(args) != 3 {
+		usage()
 	}
+	switch mode {
+	case "seq":
+		n, err1 := strconv.Atoi(args[1])
+		warmup, err2 := strconv.Atoi(args[2])
+		if err1 != nil || err2 != nil || n < 1 || warmup < 0 {
+			fmt.Fprintln(os.Stderr, "wool-bench-go: N and WARMUP are counts")
+			os.Exit(2)
+		}
+		seq(args[0], n, warmup)
+	case "burst":
+		var levels []int
+		for _, s := range strings.Split(args[1], ",") {
+			l, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || l < 1 {
+				usage()
+			}
+			levels = append(levels, l)
+		}
+		seconds, err := strconv.ParseFloat(args[2], 64)
+		if err != nil || !(seconds >= 0) {
+			usage()
+		}
+		burst(args[0], levels, seconds)
+	default:
+		usage()
+	}
+}
+
+func seq(addr string, n, warmup int) {
 	conn, err := wool.Connect(addr)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "wool-bench-go:", err)
-		os.Exit(1)
+		fail(err)
 	}
 	defer conn.Close()
 	ctx := context.Background()
 	for i := 0; i < warmup; i++ {
 		if _, err := conn.Idle(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "wool-bench-go:", err)
-			os.Exit(1)
+			fail(err)
 		}
 	}
 	samples := make([]int64, n)
@@ -55,8 +107,7 @@ func main() {
 	for i := range samples {
 		t := time.Now()
 		if _, err := conn.Idle(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "wool-bench-go:", err)
-			os.Exit(1)
+			fail(err)
 		}
 		samples[i] = time.Since(t).Nanoseconds()
 	}
@@ -69,17 +120,128 @@ func main() {
 	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
 	pick := func(q float64) float64 {
 		i := int(math.Ceil(q * float64(n)))
-		if i < 1 {
-			i = 1
-		}
-		if i > n {
-			i = n
-		}
+		i = max(1, min(i, n))
 		return float64(samples[i-1]) / 1e3
 	}
 	fmt.Printf("{\"n\":%d,\"median_us\":%.2f,\"p99_us\":%.2f,\"mean_us\":%.2f,\"min_us\":%.2f,\"polls_per_s\":%.1f,\"cpu_us_per_poll\":%.2f}\n",
 		n, pick(0.5), pick(0.99), float64(sum)/float64(n)/1e3, float64(samples[0])/1e3, float64(n)/elapsed,
 		cpu*1e6/float64(n))
+}
+
+type level struct {
+	Concurrency int     `json:"concurrency"`
+	Bursts      int     `json:"bursts"`
+	OK          int64   `json:"ok"`
+	Failed      int64   `json:"failed"`
+	PollsPerS   float64 `json:"polls_per_s"`
+	FirstError  string  `json:"first_error"`
+}
+
+// burst: for each level, bursts of `level` goroutines each making one poll on the one
+// Connection, repeated until `seconds` have passed (at least one burst per level).
+func burst(addr string, levels []int, seconds float64) {
+	conn, err := wool.Connect(addr)
+	if err != nil {
+		fail(err)
+	}
+	defer conn.Close()
+	{ // connect outside the measurement
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := conn.Idle(ctx)
+		cancel()
+		if err != nil {
+			fail(err)
+		}
+	}
+	var maxThreads atomic.Int64
+	stopSampling := sampleThreads(&maxThreads)
+	budget := time.Duration(seconds * float64(time.Second))
+	rows := []level{}
+	for _, lv := range levels {
+		var ok, failed atomic.Int64
+		var mu sync.Mutex
+		firstError := ""
+		bursts := 0
+		start := time.Now()
+		for bursts == 0 || time.Since(start) < budget {
+			var wg sync.WaitGroup
+			wg.Add(lv)
+			for i := 0; i < lv; i++ {
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+					defer cancel()
+					if _, err := conn.Idle(ctx); err != nil {
+						failed.Add(1)
+						mu.Lock()
+						if firstError == "" {
+							firstError = err.Error()
+						}
+						mu.Unlock()
+						return
+					}
+					ok.Add(1)
+				}()
+			}
+			wg.Wait()
+			bursts++
+		}
+		elapsed := time.Since(start).Seconds()
+		rows = append(rows, level{Concurrency: lv, Bursts: bursts, OK: ok.Load(),
+			Failed: failed.Load(), FirstError: firstError,
+			PollsPerS: math.Round(float64(ok.Load()+failed.Load())/elapsed*10) / 10})
+	}
+	stopSampling()
+	out, err := json.Marshal(map[string]any{"levels": rows, "os_threads_max": maxThreads.Load()})
+	if err != nil {
+		fail(err)
+	}
+	fmt.Println(string(out))
+}
+
+// sampleThreads records the most OS threads of this process in *most, every 10 ms, until the
+// returned function is called.
+func sampleThreads(most *atomic.Int64) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	record := func() {
+		if n := osThreads(); n > most.Load() {
+			most.Store(n)
+		}
+	}
+	record()
+	go func() {
+		defer close(stopped)
+		ticker := time.NewTicker(10 * time.Millisecond)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ticker.C:
+				record()
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+		record()
+	}
+}
+
+// osThreads is this process's OS thread count (Threads: in /proc/self/status); 0 if unknown.
+func osThreads() int64 {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if value, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // processCPU is this process's user + system CPU time (all threads), in seconds.

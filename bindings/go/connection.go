@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -18,13 +19,6 @@ import (
 // GraceForever is the grace for Stop that lets in-flight tasks run however long they take.
 // Any negative grace means the same.
 const GraceForever time.Duration = -1
-
-// MaxBlockingCalls bounds the library calls blocked at once across the process (each holds an
-// OS thread). Further calls wait for a slot, giving up when their context ends, so a storm of
-// abandoned calls to a worker that never answers cannot exhaust the Go runtime's threads.
-const MaxBlockingCalls = 1024
-
-var blockingCalls = make(chan struct{}, MaxBlockingCalls)
 
 // Connection is a lazy handle to one worker, like Wool's WorkerConnection: Connect does no
 // I/O, and a worker that cannot be reached shows up on the first Idle or Stop as ErrTransient.
@@ -41,14 +35,12 @@ type Connection struct {
 	cleanup runtime.Cleanup // closes handle once the Connection is unreachable
 }
 
-// connHandle is the C handle of a Connection and its bookkeeping. It is separate from the
-// Connection so that the cleanup can close it without keeping the Connection reachable; calls
-// abandoned by their context hold the handle, not the Connection.
+// connHandle is the C handle of a Connection. It is separate from the Connection so that the
+// cleanup can close it without keeping the Connection reachable.
 type connHandle struct {
-	mu     sync.Mutex
-	ptr    *C.wool_connection // nil once freed
-	closed bool               // Close (or the cleanup) ran; ptr is freed when calls drops to 0
-	calls  int                // C calls in flight, including ones abandoned by their context
+	mu       sync.RWMutex       // calls start under RLock; close frees ptr under Lock
+	ptr      *C.wool_connection // nil once freed (closed)
+	inFlight atomic.Int64       // calls started on the handle whose completion is not yet collected
 }
 
 // Option configures Connect.
@@ -133,8 +125,10 @@ func (c *Connection) Target() string { return c.target }
 // The context's deadline becomes the call's deadline; without one the call waits however
 // long the worker takes, as long as its connection answers keepalive PINGs (see WithKeepalive:
 // with Wool's defaults a frozen worker fails the call within about a minute). When ctx is
-// cancelled or its deadline passes, Idle returns at once (the library call it started
-// finishes in the background and then releases its resources).
+// cancelled or its deadline passes, the call is cancelled in the library (its HTTP/2 stream is
+// reset, so the worker sees the cancellation) and Idle returns at once; nothing of the call
+// outlives Idle. While it waits, Idle holds no OS thread: any number of goroutines may poll at
+// once (see "Concurrency and lifetime" in the package documentation).
 //
 // Errors (match with errors.Is):
 //   - ErrIdleUnavailable: the worker predates the idle RPC (gRPC code 12, UNIMPLEMENTED).
@@ -144,14 +138,16 @@ func (c *Connection) Target() string { return c.target }
 //   - context.Canceled (wrapped, not an *Error) when ctx was cancelled.
 //   - ErrClosed when the Connection is closed.
 func (c *Connection) Idle(ctx context.Context) (time.Duration, error) {
-	var seconds C.double
-	err := c.do(ctx, "idle", func(conn *C.wool_connection, timeout C.double) C.wool_status {
-		return C.wool_idle(conn, timeout, &seconds)
-	})
+	o, err := c.do(ctx, "idle", startIdle)
 	if err != nil {
 		return 0, err
 	}
-	return durationFromSeconds(float64(seconds)), nil
+	return durationFromSeconds(o.seconds), nil
+}
+
+// startIdle starts an idle poll (wool_idle_start).
+func startIdle(conn *C.wool_connection, queue *C.wool_queue, timeout C.double, tag C.uint64_t, id *C.uint64_t) C.wool_status {
+	return C.wool_idle_start(conn, queue, timeout, tag, id)
 }
 
 // Stop retires the worker: it refuses new tasks at once, lets in-flight tasks run for up to
@@ -162,6 +158,8 @@ func (c *Connection) Idle(ctx context.Context) (time.Duration, error) {
 // however long they take. The context's deadline bounds the whole call, drain included: to see
 // the answer it must exceed grace (use no deadline with GraceForever). A repeated Stop is
 // harmless while the worker is still draining; once it is gone, Stop fails with ErrTransient.
+// When ctx ends first, the call is cancelled as for Idle: Stop returns at once, but a worker
+// that already received the request may retire all the same.
 //
 // Errors are as for Idle, except that a worker without the stop RPC gives ErrRPC.
 func (c *Connection) Stop(ctx context.Context, grace time.Duration) error {
@@ -169,16 +167,17 @@ func (c *Connection) Stop(ctx context.Context, grace time.Duration) error {
 	if grace >= 0 {
 		graceSeconds = C.double(grace.Seconds())
 	}
-	return c.do(ctx, "stop", func(conn *C.wool_connection, timeout C.double) C.wool_status {
-		return C.wool_stop(conn, graceSeconds, timeout)
+	_, err := c.do(ctx, "stop", func(conn *C.wool_connection, queue *C.wool_queue, timeout C.double, tag C.uint64_t, id *C.uint64_t) C.wool_status {
+		return C.wool_stop_start(conn, queue, graceSeconds, timeout, tag, id)
 	})
+	return err
 }
 
 // Close releases the Connection's handle (its share of the pooled channel); the worker is not
-// affected. Later calls fail with ErrClosed. Calls already running are not interrupted: the
-// handle is released when the last of them returns, even one whose caller gave up on it
-// because its context ended. Close does not wait for them, is idempotent, and always returns
-// nil.
+// affected. Later calls fail with ErrClosed. Calls in flight are not interrupted: the library
+// keeps what they need, and they complete (or fail, or end with their context) as they would
+// have. Close waits only for calls that are starting at that moment, is idempotent, and
+// always returns nil.
 func (c *Connection) Close() error {
 	c.handle.close()
 	c.cleanup.Stop() // a no-op when already stopped
@@ -186,102 +185,22 @@ func (c *Connection) Close() error {
 	return nil
 }
 
-// do runs one blocking library call on the handle with ctx's deadline as its timeout, and
-// returns when the call does or when ctx ends, whichever comes first.
-func (c *Connection) do(ctx context.Context, op string, f func(*C.wool_connection, C.double) C.wool_status) error {
-	if err := ctx.Err(); err != nil {
-		return contextError(op, c.target, err)
+// use runs f with the C handle, held against a concurrent close; ErrClosed once closed.
+func (h *connHandle) use(f func(*C.wool_connection) error) error {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.ptr == nil {
+		return ErrClosed
 	}
-	timeout, ok := timeoutSeconds(ctx)
-	if !ok {
-		return contextError(op, c.target, context.DeadlineExceeded)
-	}
-	// Each blocking C call holds an OS thread until the library answers; calls abandoned by
-	// their context (a worker that never answers, no deadline) would otherwise pile up threads
-	// until the Go runtime's limit kills the process. Wait for a slot instead.
-	select {
-	case blockingCalls <- struct{}{}:
-	case <-ctx.Done():
-		return contextError(op, c.target, ctx.Err())
-	}
-	ptr, err := c.handle.acquire()
-	if err != nil {
-		<-blockingCalls
-		return wrapClosed(op, c.target, err)
-	}
-	run := func() error {
-		defer func() { <-blockingCalls }()
-		defer c.handle.release()
-		err := call(op, c.target, func() C.wool_status { return f(ptr, timeout) })
-		runtime.KeepAlive(c) // the handle is counted in use anyway; this keeps the cleanup off too
-		return err
-	}
-	if ctx.Done() == nil { // a context that never ends: no goroutine needed
-		return c.withCause(ctx, run())
-	}
-	// The C call cannot be interrupted, so it runs on its own goroutine, which keeps the
-	// handle acquired until the call returns, even after this method has given up on it.
-	done := make(chan error, 1)
-	go func() { done <- run() }()
-	select {
-	case err := <-done:
-		return c.withCause(ctx, err)
-	case <-ctx.Done():
-		select {
-		case err := <-done: // finished at the same moment: prefer the real answer
-			return c.withCause(ctx, err)
-		default:
-			return contextError(op, c.target, ctx.Err())
-		}
-	}
+	return f(h.ptr)
 }
 
-// withCause links a library deadline failure to the context's deadline, so that it matches
-// context.DeadlineExceeded just like the failure produced when the context wins the race.
-func (c *Connection) withCause(ctx context.Context, err error) error {
-	if e, ok := err.(*Error); ok && e.Status == StatusTransient && e.Code == codeDeadlineExceeded {
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			e.cause = ctxErr
-		}
-	}
-	return err
-}
-
-// acquire returns the C handle for one call and counts the call in flight; ErrClosed once
-// the handle was closed.
-func (h *connHandle) acquire() (*C.wool_connection, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return nil, ErrClosed
-	}
-	h.calls++
-	return h.ptr, nil
-}
-
-// release ends a call counted by acquire; the last call to end after close frees the handle
-// (the C contract: wool_free only after every other call on the handle has returned).
-func (h *connHandle) release() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.calls--
-	h.freeIfUnused()
-}
-
-// close marks the handle closed and frees it unless calls are in flight (then the last of them
-// does). Idempotent: Close and the cleanup may both run it.
+// close frees the C handle unless already freed. Idempotent: Close and the cleanup may both
+// run it. Calls started on the handle may still be in flight: the library allows that.
 func (h *connHandle) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.closed {
-		h.closed = true
-		h.freeIfUnused()
-	}
-}
-
-// freeIfUnused frees the handle once it is closed and no call is in flight (h.mu held).
-func (h *connHandle) freeIfUnused() {
-	if h.closed && h.calls == 0 && h.ptr != nil {
+	if h.ptr != nil {
 		C.wool_free(h.ptr)
 		h.ptr = nil
 	}

@@ -88,7 +88,22 @@
 // releases it. A cleanup (runtime.AddCleanup) releases a forgotten handle as a safety net,
 // but only when the garbage collector gets to it, which may be never for a small program: a
 // handle holds a share of a pooled HTTP/2 channel (a socket and buffers the collector cannot
-// see), so call Close.
+// see), so call Close. Closing a Connection with calls in flight is allowed: they complete
+// as they would have.
+//
+// Idle and Stop do not block an OS thread while they wait. Each starts its call on the
+// library's completion queue (wool_idle_start, wool_stop_start) and waits on a channel; one
+// dispatcher goroutine per process collects every completion (it waits in the library's
+// wool_queue_next, so the process has one OS thread parked there, made with the first call)
+// and hands each to its caller. So any number of goroutines may poll at once, 10,000 on one
+// Connection included, on a handful of OS threads; beyond the channel's concurrent streams
+// (WithMaxConcurrentStreams, 100 by default) calls wait their turn inside the library. When a
+// call's context ends first, the call is cancelled in the library (its HTTP/2 stream is reset,
+// so the worker sees the cancellation) before Idle or Stop returns: nothing outlives the Go
+// call. A worker that sees many streams reset at once may take it as abuse and close the
+// connection (h2's "too_many_resets"): calls then in flight fail with ErrTransient, and the
+// next call dials anew. IdleMany polls many Connections from one goroutine, a bounded number
+// at a time.
 //
 // # Errors
 //

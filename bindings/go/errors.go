@@ -28,7 +28,7 @@ const (
 	StatusHandshake       Status = 4 // a TLS failure (ErrHandshake)
 	StatusRPCError        Status = 5 // any other gRPC failure (ErrRPC)
 	StatusPanic           Status = 6 // a library bug caught at the boundary (ErrPanic)
-	StatusCancelled       Status = 7 // a started call cancelled (the C completion queue; never returned here)
+	StatusCancelled       Status = 7 // a call cancelled because its context ended (see Error.Is)
 )
 
 // The values above are the header's: an index out of range here fails the build if they drift.
@@ -84,6 +84,10 @@ var kinds = map[Status]error{
 	StatusHandshake:       ErrHandshake,
 	StatusRPCError:        ErrRPC,
 	StatusPanic:           ErrPanic,
+	// Idle and Stop report a call cancelled because its context ended as the context's error;
+	// an *Error with StatusCancelled (a cancellation without one, never expected) still
+	// matches context.Canceled, not a worker-fault kind.
+	StatusCancelled: context.Canceled,
 }
 
 // Error is a failure reported by libwool (or, for an expired context deadline, one of the
@@ -119,7 +123,8 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("wool: %s: %s%s: %s", where, e.Status, code, e.Message)
 }
 
-// Is reports whether target is the error kind of e's Status (ErrTransient and so on).
+// Is reports whether target is the error kind of e's Status (ErrTransient and so on;
+// context.Canceled for StatusCancelled).
 func (e *Error) Is(target error) bool {
 	kind, ok := kinds[e.Status]
 	return ok && target == kind

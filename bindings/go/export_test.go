@@ -2,18 +2,23 @@ package wool
 
 // Internals the external tests (package wool_test) look at.
 
-// CallsInFlight reports how many library calls are running on c, counting those whose caller
-// gave up on them because its context ended.
+// CallsInFlight reports how many calls started on c have not had their completion collected.
 func CallsInFlight(c *Connection) int {
-	c.handle.mu.Lock()
-	defer c.handle.mu.Unlock()
-	return c.handle.calls
+	return int(c.handle.inFlight.Load())
+}
+
+// PendingCalls reports how many started calls, on any Connection, the process-wide queue's
+// dispatcher still owes a completion to.
+func PendingCalls() int {
+	completions.mu.Lock()
+	defer completions.mu.Unlock()
+	return len(completions.waiters)
 }
 
 // Freed reports whether c's C handle has been released with wool_free.
 func Freed(c *Connection) bool {
-	c.handle.mu.Lock()
-	defer c.handle.mu.Unlock()
+	c.handle.mu.RLock()
+	defer c.handle.mu.RUnlock()
 	return c.handle.ptr == nil
 }
 
@@ -22,8 +27,8 @@ func Freed(c *Connection) bool {
 func FreedProbe(c *Connection) func() bool {
 	h := c.handle
 	return func() bool {
-		h.mu.Lock()
-		defer h.mu.Unlock()
+		h.mu.RLock()
+		defer h.mu.RUnlock()
 		return h.ptr == nil
 	}
 }

@@ -433,87 +433,34 @@ func TestTheLibraryEnforcesTheDeadline(t *testing.T) {
 	}
 }
 
-// Given a server that never answers, when a poll without deadline is cancelled mid-call, then
-// Idle returns promptly with context.Canceled (not a worker fault); Close does not wait for
-// the call still blocked in the library, and the handle is freed once that call ends.
-func TestCancellationReturnsPromptly(t *testing.T) {
+// Given a Connection whose poll was cancelled (a server that never answers, no deadline),
+// when the Connection is dropped without Close and the collector runs, then its cleanup frees
+// the handle: a cancelled call holds nothing.
+func TestForgottenConnectionIsFreedByItsCleanup(t *testing.T) {
 	t.Parallel()
 	server := workertest.StartHoldServer(t)
-	conn, err := wool.Connect(server.Address())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	freed := forgetConnectionAfterACancelledCall(t, server.Address())
 
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(200*time.Millisecond, cancel)
-	start := time.Now()
-	_, err = conn.Idle(ctx)
-	took := time.Since(start)
-
-	if took > 200*time.Millisecond+prompt {
-		t.Errorf("Idle returned %v after the cancellation", took-200*time.Millisecond)
-	}
-	if !errors.Is(err, context.Canceled) || errors.Is(err, wool.ErrTransient) {
-		t.Fatalf("want context.Canceled and no worker-fault kind, got %v", err)
-	}
-	if n := wool.CallsInFlight(conn); n != 1 {
-		t.Fatalf("library calls in flight after the cancellation: %d, want 1 (still blocked)", n)
-	}
-
-	closed := make(chan struct{})
-	go func() { conn.Close(); close(closed) }()
-	select {
-	case <-closed:
-	case <-time.After(prompt):
-		t.Fatal("Close waited for the call blocked in the library")
-	}
-	if _, err := idle(conn); !errors.Is(err, wool.ErrClosed) {
-		t.Errorf("Idle after Close: want ErrClosed, got %v", err)
-	}
-	if wool.Freed(conn) {
-		t.Fatal("the handle was freed while a call on it was still running")
-	}
-	server.Release() // the blocked call now fails, returns, and frees the handle
-	eventually(t, "the last call frees the handle", 10*time.Second, func() bool { return wool.Freed(conn) })
-}
-
-// Given a Connection with a call blocked in the library that its caller gave up on, when the
-// Connection is dropped without Close and the collector runs, then the handle stays while the
-// call is blocked, and once the call returns the cleanup frees it.
-func TestForgottenConnectionIsFreedByItsCleanupAfterItsLastCall(t *testing.T) {
-	t.Parallel()
-	server := workertest.StartHoldServer(t)
-	freed := forgetBlockedConnection(t, server.Address())
-
-	for range 3 {
-		runtime.GC()
-		time.Sleep(20 * time.Millisecond)
-	}
-	if freed() {
-		t.Fatal("the handle was freed while a call on it was still running")
-	}
-	server.Release() // the blocked call now fails and returns
 	eventually(t, "the cleanup frees the handle", 10*time.Second, func() bool {
 		runtime.GC()
 		return freed()
 	})
 }
 
-// forgetBlockedConnection connects to address, leaves an Idle call blocked on it (its context
-// ended), and returns a probe of the handle, keeping no reference to the Connection.
-func forgetBlockedConnection(t *testing.T, address string) (freed func() bool) {
+// forgetConnectionAfterACancelledCall connects to address, cancels an Idle call on it, and
+// returns a probe of the handle, keeping no reference to the Connection.
+func forgetConnectionAfterACancelledCall(t *testing.T, address string) (freed func() bool) {
 	conn, err := wool.Connect(address)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background()) // no deadline: the call blocks on
-	time.AfterFunc(100*time.Millisecond, cancel)            // after its caller gave up on it
+	ctx, cancel := context.WithCancel(context.Background()) // no deadline: only the cancel ends it
+	time.AfterFunc(100*time.Millisecond, cancel)
 	if _, err := conn.Idle(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("want context.Canceled, got %v", err)
 	}
-	if n := wool.CallsInFlight(conn); n != 1 {
-		t.Fatalf("library calls in flight: %d, want 1 (still blocked)", n)
+	if n := wool.CallsInFlight(conn); n != 0 {
+		t.Fatalf("calls in flight after the cancelled call returned: %d, want 0", n)
 	}
 	return wool.FreedProbe(conn)
 }
@@ -666,35 +613,5 @@ func TestHundredGoroutinesShareOneConnection(t *testing.T) {
 	}
 	if n := wool.CallsInFlight(conn); n != 0 {
 		t.Errorf("calls in flight after all returned: %d", n)
-	}
-}
-
-// A storm of calls abandoned by their contexts against a worker that never answers must not
-// pile up blocked OS threads without bound (the Go runtime dies at 10,000): calls beyond
-// MaxBlockingCalls wait for a slot and give up with their context.
-func TestAbandonedCallsAreBounded(t *testing.T) {
-	server := workertest.StartHoldServer(t)
-	defer server.Release()
-	conn, err := wool.Connect(server.Address())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	const storm = 2 * wool.MaxBlockingCalls
-	var wg sync.WaitGroup
-	for i := 0; i < storm; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithCancel(context.Background())
-			time.AfterFunc(time.Millisecond, cancel)
-			if _, err := conn.Idle(ctx); !errors.Is(err, context.Canceled) {
-				t.Errorf("want context.Canceled, got %v", err)
-			}
-		}()
-	}
-	wg.Wait()
-	if n := wool.CallsInFlight(conn); n > wool.MaxBlockingCalls {
-		t.Fatalf("%d library calls blocked at once, want at most %d", n, wool.MaxBlockingCalls)
 	}
 }
