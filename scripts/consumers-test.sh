@@ -41,12 +41,15 @@ cd "$work"
 # shellcheck disable=SC2046
 cc -Wall -Werror poll.c $(pkg-config --cflags --libs wool) -o poll-shared
 LD_LIBRARY_PATH="$PREFIX/lib" ./poll-shared "$address"
-ldd poll-shared | grep -q "$soname" || fail "poll-shared does not load $soname"
+# (ldd's output is taken whole first: `grep -q` quitting early would SIGPIPE ldd under pipefail)
+needs="$(ldd poll-shared)"
+grep -q "$soname" <<<"$needs" || fail "poll-shared does not load $soname: $needs"
 
 static_libs="$(pkg-config --static --libs wool | sed 's/-lwool\b/-l:libwool.a/')"
 # shellcheck disable=SC2046,SC2086
 cc -Wall -Werror poll.c $(pkg-config --cflags wool) $static_libs -o poll-static
-if ldd poll-static | grep -q libwool; then fail "poll-static still needs libwool.so"; fi
+needs="$(ldd poll-static)"
+if grep -q libwool <<<"$needs"; then fail "poll-static still needs libwool.so: $needs"; fi
 ./poll-static "$address"
 
 cmake -S cmake -B cmake/build -DCMAKE_BUILD_TYPE=Release >/dev/null
