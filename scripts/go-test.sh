@@ -91,7 +91,9 @@ echo "go-test: $CONSUMER with -tags woolstatic (libwool.a linked in)"
         echo "$needed" >&2
         exit 1
     fi
-    if ! nm consumer-static.test | grep -q ' T wool_version$'; then
+    # nm's output is taken whole first: `grep -q` quitting early would SIGPIPE nm under pipefail.
+    symbols="$(nm consumer-static.test)"
+    if ! grep -q ' T wool_version$' <<<"$symbols"; then
         echo "go-test: the woolstatic build does not contain libwool (no wool_version)" >&2
         exit 1
     fi
