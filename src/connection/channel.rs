@@ -449,7 +449,12 @@ async fn dial(
             }
         }
     };
-    let (send, connection) = match config.connect_timeout {
+    let Handshaken {
+        send,
+        fd,
+        connection,
+        ping_pong,
+    } = match config.connect_timeout {
         Some(limit) => tokio::time::timeout(limit, connect).await.map_err(|_| {
             TransportFailure::new(
                 Cause::Unreachable,
@@ -461,7 +466,6 @@ async fn dial(
         })??,
         None => connect.await?,
     };
-    let (send, fd) = send;
     let state = Arc::new(ConnectionState {
         target,
         ended: AtomicBool::new(false),
@@ -472,7 +476,12 @@ async fn dial(
         last_used: std::sync::Mutex::new(Instant::now()),
         keepalive: config.keepalive,
     });
-    let task = tokio::spawn(drive(connection, Arc::clone(&state), interval_ms));
+    let task = tokio::spawn(drive(
+        connection,
+        ping_pong,
+        Arc::clone(&state),
+        interval_ms,
+    ));
     Ok(Open {
         send,
         state,
@@ -506,12 +515,14 @@ fn tls_handshake_failure(target: &str, error: &std::io::Error) -> TransportFailu
 
 /// The connection future, boxed: it is the same type whatever the socket.
 type Connection = Pin<Box<dyn Future<Output = Result<(), h2::Error>> + Send>>;
-/// What the HTTP/2 handshake gives: the stream handle and the socket's descriptor, and the
-/// connection future with its PING handle.
-type Handshaken = (
-    (SendRequest<Bytes>, RawFd),
-    (Connection, Option<h2::PingPong>),
-);
+/// What the HTTP/2 handshake gives: the stream handle, the socket's descriptor, the connection
+/// future and its PING handle.
+struct Handshaken {
+    send: SendRequest<Bytes>,
+    fd: RawFd,
+    connection: Connection,
+    ping_pong: Option<h2::PingPong>,
+}
 
 async fn handshake<T>(
     builder: h2::client::Builder,
@@ -525,14 +536,20 @@ where
         TransportFailure::new(Cause::Unreachable, format!("HTTP/2 handshake failed: {e}"))
     })?;
     let ping_pong = connection.ping_pong();
-    Ok(((send, fd), (Box::pin(connection), ping_pong)))
+    Ok(Handshaken {
+        send,
+        fd,
+        connection: Box::pin(connection),
+        ping_pong,
+    })
 }
 
 /// The connection task: drives the HTTP/2 connection, and the keepalive beside it. When a PING
 /// goes unanswered the connection is dropped, which fails every call on it (as
 /// [`Cause::KeepaliveTimeout`]).
 async fn drive(
-    (mut connection, ping_pong): (Connection, Option<h2::PingPong>),
+    mut connection: Connection,
+    ping_pong: Option<h2::PingPong>,
     state: Arc<ConnectionState>,
     interval_ms: Arc<AtomicU64>,
 ) {
