@@ -29,6 +29,39 @@ def latency(samples_ns: list[int], elapsed_s: float, cpu_s: float = 0.0, **extra
     return out
 
 
+async def gather_bursts(conn, levels: list[int], seconds: float) -> list[dict]:
+    """Bursts of `level` concurrent ``conn.idle(timeout=60.0)`` (``asyncio.gather``) per level,
+    repeated for `seconds` (at least one burst): one row per level, as the burst drivers of
+    every language report them. `conn` is any asyncio connection with an ``idle`` coroutine
+    (Wool's own client, libwool.aio)."""
+    import asyncio
+    import time
+
+    rows = []
+    for level in levels:
+        ok = failed = bursts = 0
+        first_error = ""
+        start = time.perf_counter()
+        while bursts == 0 or time.perf_counter() - start < seconds:
+            results = await asyncio.gather(
+                *(conn.idle(timeout=60.0) for _ in range(level)), return_exceptions=True
+            )
+            for r in results:
+                if isinstance(r, BaseException):
+                    failed += 1
+                    if not first_error:
+                        first_error = f"{type(r).__name__}: {' '.join(str(r).split())[:200]}"
+                else:
+                    ok += 1
+            bursts += 1
+        elapsed = time.perf_counter() - start
+        rows.append({
+            "concurrency": level, "bursts": bursts, "ok": ok, "failed": failed,
+            "polls_per_s": round((ok + failed) / elapsed, 1), "first_error": first_error,
+        })
+    return rows
+
+
 def emit(obj) -> None:
     print(json.dumps(obj), flush=True)
 

@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import emit, latency, wait_for_line  # noqa: E402
+from common import emit, gather_bursts, latency, wait_for_line  # noqa: E402
 
 
 async def seq(addr: str, n: int, warmup: int) -> dict:
@@ -51,30 +51,9 @@ async def burst(addr: str, levels: list[int], seconds: float) -> dict:
     from wool import WorkerConnection
 
     conn = WorkerConnection(addr)
-    rows = []
     try:
         await conn.idle(timeout=10.0)
-        for level in levels:
-            ok = failed = bursts = 0
-            first_error = ""
-            start = time.perf_counter()
-            while bursts == 0 or time.perf_counter() - start < seconds:
-                results = await asyncio.gather(
-                    *(conn.idle(timeout=60.0) for _ in range(level)), return_exceptions=True
-                )
-                for r in results:
-                    if isinstance(r, BaseException):
-                        failed += 1
-                        if not first_error:
-                            first_error = f"{type(r).__name__}: {' '.join(str(r).split())[:200]}"
-                    else:
-                        ok += 1
-                bursts += 1
-            elapsed = time.perf_counter() - start
-            rows.append({
-                "concurrency": level, "bursts": bursts, "ok": ok, "failed": failed,
-                "polls_per_s": round((ok + failed) / elapsed, 1), "first_error": first_error,
-            })
+        rows = await gather_bursts(conn, levels, seconds)
     finally:
         await conn.close()
     return {"levels": rows}
