@@ -27,6 +27,77 @@
 #define WOOL_VERSION_NUMBER (0 * 1000000 + 2 * 1000 + 0)
 
 /**
+ * wool_discover / wool_watch_new backend: the shared-memory registry on this host (Wool's
+ * LocalDiscovery).
+ */
+#define WOOL_DISCOVERY_LOCAL 0
+
+/**
+ * wool_discover / wool_watch_new backend: DNS-SD over multicast DNS (Wool's LanDiscovery).
+ */
+#define WOOL_DISCOVERY_LAN 1
+
+/**
+ * wool_watch_next: nothing happened within the timeout.
+ */
+#define WOOL_DISCOVERY_EVENT_NONE 0
+
+/**
+ * wool_watch_next: a worker joined (also reported for each worker present at the start).
+ */
+#define WOOL_DISCOVERY_EVENT_ADDED 1
+
+/**
+ * wool_watch_next: a worker's published metadata changed.
+ */
+#define WOOL_DISCOVERY_EVENT_UPDATED 2
+
+/**
+ * wool_watch_next: a worker left (the worker given is its last known metadata).
+ */
+#define WOOL_DISCOVERY_EVENT_DROPPED 3
+
+/**
+ * wool_retire_decision.reason: retired, idle at least the threshold.
+ */
+#define WOOL_RETIRE_REASON_IDLE 0
+
+/**
+ * Kept: work in flight (idle read exactly 0).
+ */
+#define WOOL_RETIRE_REASON_BUSY 1
+
+/**
+ * Kept: idle for less than the threshold.
+ */
+#define WOOL_RETIRE_REASON_BELOW_THRESHOLD 2
+
+/**
+ * Kept: retiring it would leave fewer than keep_min.
+ */
+#define WOOL_RETIRE_REASON_MINIMUM 3
+
+/**
+ * Kept: max_stops reached.
+ */
+#define WOOL_RETIRE_REASON_ROUND_LIMIT 4
+
+/**
+ * Kept: the worker predates the idle RPC.
+ */
+#define WOOL_RETIRE_REASON_IDLE_UNAVAILABLE 5
+
+/**
+ * Kept: unreachable or refused the handshake.
+ */
+#define WOOL_RETIRE_REASON_UNREACHABLE 6
+
+/**
+ * Kept: the poll failed otherwise.
+ */
+#define WOOL_RETIRE_REASON_POLL_FAILED 7
+
+/**
  * Bytes of a completion's message, the terminating NUL included (longer ones are truncated on
  * a UTF-8 character boundary).
  */
@@ -104,6 +175,129 @@ typedef struct wool_credentials wool_credentials;
  * may start calls on it and collect from it.
  */
 typedef struct wool_queue wool_queue;
+
+/**
+ * A running watch over a pool, from wool_watch_new. Opaque; release with wool_watch_free.
+ */
+typedef struct wool_watch wool_watch;
+
+/**
+ * A listing from wool_discover. Opaque; read with wool_worker_list_count and
+ * wool_worker_list_get, release with wool_worker_list_free.
+ */
+typedef struct wool_worker_list wool_worker_list;
+
+/**
+ * One discovered worker (Wool's WorkerMetadata). Every string is NUL-terminated UTF-8, never
+ * NULL, and lives as long as the list or watch event it came from. Pass it to
+ * wool_connect_worker to reach the worker. A host may also fill one itself for
+ * wool_connect_worker (only `address`, `secure` and `identity` are read).
+ */
+typedef struct {
+  /**
+   * The worker's UUID, hyphenated.
+   */
+  const char *uid;
+  /**
+   * Where it listens, `host:port`: a target for wool_connect.
+   */
+  const char *address;
+  /**
+   * Its process id on its host.
+   */
+  int32_t pid;
+  /**
+   * The Wool version it runs.
+   */
+  const char *version;
+  /**
+   * Its tags as a JSON list of strings, sorted (`[]` when none).
+   */
+  const char *tags_json;
+  /**
+   * Its extra metadata as a JSON object of strings (`{}` when none).
+   */
+  const char *extra_json;
+  /**
+   * Whether it serves TLS (wool_connect_worker then needs credentials).
+   */
+  bool secure;
+  /**
+   * The name its certificate is issued for; "" when it advertises none.
+   */
+  const char *identity;
+} wool_worker_info;
+
+/**
+ * A retire policy for wool_retire_idle (as the Rust `RetirePolicy`). Fill every field.
+ */
+typedef struct {
+  /**
+   * Retire a worker idle at least this many seconds (finite, >= 0).
+   */
+  double idle_threshold;
+  /**
+   * Each stop's grace, as wool_stop's `grace_seconds` (0 = cancel in-flight work, positive =
+   * let it run that long, negative or INFINITY = however long; NaN is refused). Positive, a
+   * task that reached the worker between the poll and the stop finishes.
+   */
+  double grace;
+  /**
+   * Each stop's deadline, as wool_stop's `timeout_seconds`; it must exceed a bounded grace,
+   * and be INFINITY for an unbounded one.
+   */
+  double stop_timeout;
+  /**
+   * Never leave fewer than this many workers that answered the poll running.
+   */
+  size_t keep_min;
+  /**
+   * Most stops in this call; SIZE_MAX = no limit.
+   */
+  size_t max_stops;
+  /**
+   * Decide, but stop nothing.
+   */
+  bool dry_run;
+} wool_retire_policy;
+
+/**
+ * What wool_retire_idle decided for one worker and how its stop went.
+ */
+typedef struct {
+  /**
+   * Why it was retired or kept: WOOL_RETIRE_REASON_* (wool_retire_reason_name names it).
+   */
+  int reason;
+  /**
+   * Whether the policy retires it (reason WOOL_RETIRE_REASON_IDLE).
+   */
+  bool retire;
+  /**
+   * The poll's status (as wool_idle would give it).
+   */
+  wool_status poll_status;
+  /**
+   * The poll's gRPC code on failure, -1 when none.
+   */
+  int32_t poll_rpc_code;
+  /**
+   * The idle seconds on a successful poll, NAN otherwise.
+   */
+  double idle_seconds;
+  /**
+   * Whether a stop was made (false when kept, or in a dry run).
+   */
+  bool stopped;
+  /**
+   * The stop's status (as wool_stop would give it); WOOL_STATUS_OK when none was made.
+   */
+  wool_status stop_status;
+  /**
+   * The stop's gRPC code on failure, -1 when none.
+   */
+  int32_t stop_rpc_code;
+} wool_retire_decision;
 
 /**
  * One finished call, as wool_queue_next hands it out.
@@ -251,6 +445,99 @@ wool_status wool_credentials_from_files(const char *ca_path, const char *key_pat
 void wool_credentials_free(wool_credentials *credentials);
 
 /**
+ * Lists the workers of the pool published under `namespace` and writes the list to `*out`:
+ * the shared-memory registry on this host (WOOL_DISCOVERY_LOCAL; a namespace with no
+ * registry lists as empty), or DNS-SD over multicast DNS (WOOL_DISCOVERY_LAN), listening
+ * `listen_seconds` for answers (0 = the default, 1.5 s; ignored for LOCAL). Sorted by address.
+ * Records that cannot be read (half-written, foreign) are skipped. Blocks the calling thread.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT (NULL or non-UTF-8 `namespace_`, an empty namespace,
+ * an unknown backend, a negative, NaN or infinite `listen_seconds`, NULL `out`) or
+ * WOOL_STATUS_TRANSIENT (the registry cannot be read; multicast DNS cannot start).
+ *
+ * # Safety
+ * `namespace_` must be NULL or NUL-terminated; `out` NULL or writable.
+ */
+wool_status wool_discover(const char *namespace_, int backend, double listen_seconds, wool_worker_list **out);
+
+/**
+ * The number of workers in `list` (0 for NULL).
+ *
+ * # Safety
+ * `list` must be NULL or a live list from wool_discover.
+ */
+size_t wool_worker_list_count(const wool_worker_list *list);
+
+/**
+ * The worker at `index` in `list`, valid until the list is freed; NULL when `list` is NULL or
+ * `index` is out of range.
+ *
+ * # Safety
+ * `list` must be NULL or a live list from wool_discover.
+ */
+const wool_worker_info *wool_worker_list_get(const wool_worker_list *list, size_t index);
+
+/**
+ * Releases a list and every worker in it; NULL is a no-op.
+ *
+ * # Safety
+ * `list` must be NULL or a list from wool_discover not yet freed; nothing may use it or its
+ * workers afterwards.
+ */
+void wool_worker_list_free(wool_worker_list *list);
+
+/**
+ * Makes a handle to a discovered worker and writes it to `*out`, as Wool's pool reaches a
+ * discovered worker: over TLS with `credentials` when `worker->secure` (verified against
+ * `worker->identity` when it is not "", else the credentials' identity or the address),
+ * plaintext otherwise (`credentials` then unused). `options` NULL = Wool's defaults. No I/O.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT when `worker` or `out` is NULL, its address is NULL,
+ * not UTF-8 or not a target, its identity is not a DNS name or IP address, or it is secure and
+ * `credentials` is NULL.
+ *
+ * # Safety
+ * `worker` must be NULL or point to a wool_worker_info whose `address` and `identity` are NULL
+ * or NUL-terminated; `credentials` NULL or live; `options` NULL or live; `out` NULL or writable.
+ */
+wool_status wool_connect_worker(const wool_worker_info *worker, const wool_credentials *credentials, const wool_channel_options *options, wool_connection **out);
+
+/**
+ * Starts watching the pool published under `namespace` (backends as wool_discover) and writes
+ * the watch to `*out`. The watch runs on a library thread; collect its events with
+ * wool_watch_next. It first reports every worker present, then each join, change and leave.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT (as wool_discover) or WOOL_STATUS_TRANSIENT (the watch
+ * cannot start).
+ *
+ * # Safety
+ * `namespace_` must be NULL or NUL-terminated; `out` NULL or writable.
+ */
+wool_status wool_watch_new(const char *namespace_, int backend, wool_watch **out);
+
+/**
+ * Waits up to `timeout_seconds` (0 = do not wait, INFINITY = as long as it takes) for the
+ * watch's next event and writes its kind to `*out_kind` (WOOL_DISCOVERY_EVENT_*) and its
+ * worker to `*out_worker`, valid until the next wool_watch_next on this watch or
+ * wool_watch_free. When nothing happened in time: WOOL_DISCOVERY_EVENT_NONE and NULL.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for a NULL argument or a negative or NaN timeout.
+ *
+ * # Safety
+ * `watch` must be NULL or a live watch; `out_kind` and `out_worker` NULL or writable.
+ */
+wool_status wool_watch_next(const wool_watch *watch, double timeout_seconds, int *out_kind, const wool_worker_info **out_worker);
+
+/**
+ * Stops a watch and releases it; NULL is a no-op.
+ *
+ * # Safety
+ * `watch` must be NULL or a watch from wool_watch_new not yet freed, with no wool_watch_next
+ * running on it; nothing may use it or its events' workers afterwards.
+ */
+void wool_watch_free(wool_watch *watch);
+
+/**
  * Polls the workers behind `conns[0..count]` (as wool_idle), at most `max_in_flight` at once,
  * all within one deadline of `timeout_seconds` (INFINITY = none), blocking the calling thread
  * until every poll has finished. Writes per handle, in `conns` order: `out_statuses[i]` (the
@@ -269,6 +556,33 @@ void wool_credentials_free(wool_credentials *credentials);
  * `out_statuses` NULL or `count` writable elements; `out_codes` NULL or `count` writable.
  */
 wool_status wool_idle_many(const wool_connection *const *conns, size_t count, double timeout_seconds, size_t max_in_flight, double *out_seconds, wool_status *out_statuses, int32_t *out_codes);
+
+/**
+ * The name of a retire reason (`"idle"`, `"busy"`, `"below-threshold"`, `"minimum"`,
+ * `"round-limit"`, `"idle-unavailable"`, `"unreachable"`, `"poll-failed"`); `"unknown"` for
+ * any other value. Static, never NULL.
+ */
+const char *wool_retire_reason_name(int reason);
+
+/**
+ * One retire round over the handles `conns[0..count]`: polls them all (as wool_idle_many,
+ * within `poll_timeout_seconds`, at most `max_in_flight` at once), decides by `policy` (the
+ * most idle retired first, never leaving fewer than `keep_min` answering workers, at most
+ * `max_stops`), stops the retired ones (as wool_stop with the policy's grace and stop
+ * timeout, at most `max_in_flight` at once) unless `dry_run`, and writes one decision per
+ * handle to `out[0..count]`, in `conns` order. Blocks the calling thread. A NULL handle is
+ * kept with reason WOOL_RETIRE_REASON_POLL_FAILED and poll status INVALID_ARGUMENT.
+ *
+ * Returns WOOL_STATUS_OK when the round ran (whatever each worker gave), or
+ * WOOL_STATUS_INVALID_ARGUMENT for a NULL array with a non-zero count, a NULL policy,
+ * max_in_flight 0, a bad timeout or a bad policy field (the message names it); nothing is
+ * written or stopped then.
+ *
+ * # Safety
+ * `conns` must be NULL or `count` pointers, each NULL or a live handle; `policy` NULL or
+ * readable; `out` NULL or `count` writable elements.
+ */
+wool_status wool_retire_idle(const wool_connection *const *conns, size_t count, const wool_retire_policy *policy, double poll_timeout_seconds, size_t max_in_flight, wool_retire_decision *out);
 
 /**
  * Copies the message of the calling thread's most recent failure into `buf`: at most `len`

@@ -4,12 +4,15 @@
 //!   report continuous idle seconds.
 //! - [`connection`]: [`WorkerConnection`], the direct single-worker client (Wool's
 //!   `WorkerConnection`): idle, stop, dispatch over pooled channels, plaintext or TLS.
+//! - [`fleet`]: the fleet job: discover a pool's workers by namespace, sweep their idle time,
+//!   retire the idle ones by policy (what `woolctl` runs).
 //! - [`ffi`]: the C ABI (`include/wool.h`).
 //! - [`protocol`]: the generated wire types.
 
 pub mod connection;
 #[cfg(feature = "capi")]
 pub mod ffi;
+pub mod fleet;
 mod process;
 pub mod protocol;
 pub mod worker;

@@ -66,14 +66,7 @@ impl WorkerCredentials {
         } else {
             None
         };
-        let identity = identity.filter(|name| !name.is_empty()).map(str::to_owned);
-        if let Some(name) = &identity {
-            rustls_pki_types::ServerName::try_from(name.as_str()).map_err(|_| {
-                Error::invalid_argument(format!(
-                    "identity {name:?} is not a DNS name or IP address"
-                ))
-            })?;
-        }
+        let identity = checked_identity(identity)?;
         let credentials = Self {
             ca_pem: ca_pem.to_vec(),
             client,
@@ -110,6 +103,18 @@ impl WorkerCredentials {
             (None, None)
         };
         Self::from_pem(&ca, key.as_deref(), cert.as_deref(), mutual, identity)
+    }
+
+    /// The same credentials, verifying the worker against `identity` instead (as Wool does
+    /// with a discovered worker's advertised identity); `""` means the dialed host.
+    ///
+    /// Errors: [`ErrorKind::InvalidArgument`](super::ErrorKind::InvalidArgument) when
+    /// `identity` is not a valid DNS name or IP address.
+    pub fn with_identity(&self, identity: &str) -> Result<Self, Error> {
+        Ok(Self {
+            identity: checked_identity(Some(identity))?,
+            ..self.clone()
+        })
     }
 
     /// Whether the client presents a certificate (mutual TLS).
@@ -185,4 +190,15 @@ fn check_key(pem: &[u8]) -> Result<(), Error> {
     PrivateKeyDer::from_pem_slice(pem).map(drop).map_err(|e| {
         Error::invalid_argument(format!("client key PEM holds no usable private key: {e}"))
     })
+}
+
+/// An identity to verify the worker against: `None` for none or `""`, else a DNS name or IP.
+fn checked_identity(identity: Option<&str>) -> Result<Option<String>, Error> {
+    let Some(name) = identity.filter(|name| !name.is_empty()) else {
+        return Ok(None);
+    };
+    rustls_pki_types::ServerName::try_from(name).map_err(|_| {
+        Error::invalid_argument(format!("identity {name:?} is not a DNS name or IP address"))
+    })?;
+    Ok(Some(name.to_owned()))
 }

@@ -1,13 +1,15 @@
-//! `wool_idle_many`: one blocking call that polls many workers, with one deadline and a bound
-//! on calls in flight, for C hosts that want a sweep in one line.
+//! The fleet calls: `wool_idle_many` (a sweep: many workers polled with one deadline and a
+//! bound on calls in flight) and `wool_retire_idle` (a sweep, decisions by policy, the stops),
+//! both on `crate::fleet`, the one implementation Rust, `woolctl` and the bindings share.
 
-use std::time::Instant;
-
-use futures_util::StreamExt;
+use std::ffi::{c_char, c_int, CStr};
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::connection::wool_connection;
-use super::{ffi_panic_boundary, runtime, try_timeout, wool_status};
-use crate::connection::Error;
+use super::{ffi_panic_boundary, runtime, try_grace, try_ref, try_timeout, wool_status};
+use crate::connection::{Error, WorkerConnection};
+use crate::fleet::{retire, Decision, Reason, RetirePolicy, SweepOptions};
 
 /// Polls the workers behind `conns[0..count]` (as wool_idle), at most `max_in_flight` at once,
 /// all within one deadline of `timeout_seconds` (INFINITY = none), blocking the calling thread
@@ -48,44 +50,8 @@ pub unsafe extern "C" fn wool_idle_many(
         if count == 0 {
             return Ok(());
         }
-        // SAFETY: `count` handle pointers, by the caller's contract.
-        let handles = unsafe { std::slice::from_raw_parts(conns, count) };
-        let connections: Vec<_> = handles
-            .iter()
-            // SAFETY: each NULL or live, by the caller's contract.
-            .map(|&handle| unsafe { handle.as_ref() }.map(wool_connection::shared))
-            .collect();
-        let deadline = timeout.and_then(|limit| Instant::now().checked_add(limit));
-        let outcomes: Vec<Result<f64, Error>> = runtime::block_on(async move {
-            let mut outcomes: Vec<Option<Result<f64, Error>>> = vec![None; connections.len()];
-            let mut polls = futures_util::stream::iter(connections.into_iter().enumerate())
-                .map(|(index, connection)| async move {
-                    let Some(connection) = connection else {
-                        return (index, Err(Error::invalid_argument("conns[i] is NULL")));
-                    };
-                    let left = match deadline {
-                        None => None,
-                        Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
-                            Some(left) if !left.is_zero() => Some(left),
-                            _ => {
-                                return (
-                                    index,
-                                    Err(Error::deadline_exceeded(timeout.unwrap_or_default())),
-                                )
-                            }
-                        },
-                    };
-                    (index, connection.idle(left).await)
-                })
-                .buffer_unordered(max_in_flight);
-            while let Some((index, outcome)) = polls.next().await {
-                outcomes[index] = Some(outcome);
-            }
-            outcomes
-                .into_iter()
-                .map(|outcome| outcome.expect("every poll reports"))
-                .collect()
-        })?;
+        // SAFETY: `count` handle pointers, each NULL or live, by the caller's contract.
+        let outcomes = unsafe { sweep_handles(conns, count, timeout, max_in_flight) }?;
         for (index, outcome) in outcomes.into_iter().enumerate() {
             let (status, seconds, code) = match outcome {
                 Ok(seconds) => (wool_status::Ok, seconds, -1),
@@ -103,6 +69,261 @@ pub unsafe extern "C" fn wool_idle_many(
                     *out_codes.add(index) = code;
                 }
             }
+        }
+        Ok(())
+    })
+}
+
+/// Sweeps the handles `conns[0..count]` on the library's runtime; a NULL handle reports an
+/// invalid argument in its slot.
+///
+/// # Safety
+/// `conns` must point to `count` pointers, each NULL or a live handle.
+unsafe fn sweep_handles(
+    conns: *const *const wool_connection,
+    count: usize,
+    timeout: Option<Duration>,
+    max_in_flight: usize,
+) -> Result<Vec<Result<f64, Error>>, Error> {
+    // SAFETY: the caller's contract.
+    let handles = unsafe { std::slice::from_raw_parts(conns, count) };
+    let connections: Vec<Option<Arc<WorkerConnection>>> = handles
+        .iter()
+        // SAFETY: each NULL or live, by the caller's contract.
+        .map(|&handle| unsafe { handle.as_ref() }.map(wool_connection::shared))
+        .collect();
+    let live: Vec<Arc<WorkerConnection>> = connections.iter().flatten().cloned().collect();
+    let options = SweepOptions {
+        max_in_flight,
+        timeout,
+    };
+    let mut polls = runtime::block_on(async move { crate::fleet::sweep(live, &options).await })??
+        .into_iter();
+    Ok(connections
+        .iter()
+        .enumerate()
+        .map(|(index, connection)| match connection {
+            Some(_) => polls.next().expect("one outcome per live handle"),
+            None => Err(Error::invalid_argument(format!("conns[{index}] is NULL"))),
+        })
+        .collect())
+}
+
+/// A retire policy for wool_retire_idle (as the Rust `RetirePolicy`). Fill every field.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct wool_retire_policy {
+    /// Retire a worker idle at least this many seconds (finite, >= 0).
+    pub idle_threshold: f64,
+    /// Each stop's grace, as wool_stop's `grace_seconds` (0 = cancel in-flight work, positive =
+    /// let it run that long, negative or INFINITY = however long; NaN is refused). Positive, a
+    /// task that reached the worker between the poll and the stop finishes.
+    pub grace: f64,
+    /// Each stop's deadline, as wool_stop's `timeout_seconds`; it must exceed a bounded grace,
+    /// and be INFINITY for an unbounded one.
+    pub stop_timeout: f64,
+    /// Never leave fewer than this many workers that answered the poll running.
+    pub keep_min: usize,
+    /// Most stops in this call; SIZE_MAX = no limit.
+    pub max_stops: usize,
+    /// Decide, but stop nothing.
+    pub dry_run: bool,
+}
+
+/// What wool_retire_idle decided for one worker and how its stop went.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct wool_retire_decision {
+    /// Why it was retired or kept: WOOL_RETIRE_REASON_* (wool_retire_reason_name names it).
+    pub reason: c_int,
+    /// Whether the policy retires it (reason WOOL_RETIRE_REASON_IDLE).
+    pub retire: bool,
+    /// The poll's status (as wool_idle would give it).
+    pub poll_status: wool_status,
+    /// The poll's gRPC code on failure, -1 when none.
+    pub poll_rpc_code: i32,
+    /// The idle seconds on a successful poll, NAN otherwise.
+    pub idle_seconds: f64,
+    /// Whether a stop was made (false when kept, or in a dry run).
+    pub stopped: bool,
+    /// The stop's status (as wool_stop would give it); WOOL_STATUS_OK when none was made.
+    pub stop_status: wool_status,
+    /// The stop's gRPC code on failure, -1 when none.
+    pub stop_rpc_code: i32,
+}
+
+/// wool_retire_decision.reason: retired, idle at least the threshold.
+pub const WOOL_RETIRE_REASON_IDLE: c_int = 0;
+/// Kept: work in flight (idle read exactly 0).
+pub const WOOL_RETIRE_REASON_BUSY: c_int = 1;
+/// Kept: idle for less than the threshold.
+pub const WOOL_RETIRE_REASON_BELOW_THRESHOLD: c_int = 2;
+/// Kept: retiring it would leave fewer than keep_min.
+pub const WOOL_RETIRE_REASON_MINIMUM: c_int = 3;
+/// Kept: max_stops reached.
+pub const WOOL_RETIRE_REASON_ROUND_LIMIT: c_int = 4;
+/// Kept: the worker predates the idle RPC.
+pub const WOOL_RETIRE_REASON_IDLE_UNAVAILABLE: c_int = 5;
+/// Kept: unreachable or refused the handshake.
+pub const WOOL_RETIRE_REASON_UNREACHABLE: c_int = 6;
+/// Kept: the poll failed otherwise.
+pub const WOOL_RETIRE_REASON_POLL_FAILED: c_int = 7;
+
+const REASONS: [(Reason, c_int); 8] = [
+    (Reason::Idle, WOOL_RETIRE_REASON_IDLE),
+    (Reason::Busy, WOOL_RETIRE_REASON_BUSY),
+    (Reason::BelowThreshold, WOOL_RETIRE_REASON_BELOW_THRESHOLD),
+    (Reason::Minimum, WOOL_RETIRE_REASON_MINIMUM),
+    (Reason::RoundLimit, WOOL_RETIRE_REASON_ROUND_LIMIT),
+    (Reason::IdleUnavailable, WOOL_RETIRE_REASON_IDLE_UNAVAILABLE),
+    (Reason::Unreachable, WOOL_RETIRE_REASON_UNREACHABLE),
+    (Reason::PollFailed, WOOL_RETIRE_REASON_POLL_FAILED),
+];
+
+/// The name of a retire reason (`"idle"`, `"busy"`, `"below-threshold"`, `"minimum"`,
+/// `"round-limit"`, `"idle-unavailable"`, `"unreachable"`, `"poll-failed"`); `"unknown"` for
+/// any other value. Static, never NULL.
+#[no_mangle]
+pub extern "C" fn wool_retire_reason_name(reason: c_int) -> *const c_char {
+    ffi_panic_boundary!("wool_retire_reason_name", {
+        const NAMES: [&CStr; 8] = [
+            c"idle",
+            c"busy",
+            c"below-threshold",
+            c"minimum",
+            c"round-limit",
+            c"idle-unavailable",
+            c"unreachable",
+            c"poll-failed",
+        ];
+        usize::try_from(reason)
+            .ok()
+            .and_then(|index| NAMES.get(index).copied())
+            .unwrap_or(c"unknown")
+    })
+}
+
+impl wool_retire_policy {
+    /// The Rust policy, every field checked.
+    fn to_policy(self) -> Result<RetirePolicy, Error> {
+        if !(self.idle_threshold.is_finite() && self.idle_threshold >= 0.0) {
+            return Err(Error::invalid_argument(format!(
+                "policy->idle_threshold must be finite seconds >= 0, got {}",
+                self.idle_threshold
+            )));
+        }
+        let mut policy = RetirePolicy::new(Duration::from_secs_f64(self.idle_threshold));
+        policy.grace = try_grace(self.grace)?;
+        policy.stop_timeout = try_timeout(self.stop_timeout)?;
+        policy.keep_min = self.keep_min;
+        policy.max_stops = Some(self.max_stops).filter(|&most| most != usize::MAX);
+        policy.dry_run = self.dry_run;
+        policy.validate()?;
+        Ok(policy)
+    }
+}
+
+fn outcome_fields(outcome: &Result<impl Sized, Error>) -> (wool_status, i32) {
+    match outcome {
+        Ok(_) => (wool_status::Ok, -1),
+        Err(error) => (
+            wool_status::from(error.kind()),
+            error.code().map_or(-1, |code| code as i32),
+        ),
+    }
+}
+
+impl From<&Decision> for wool_retire_decision {
+    fn from(decision: &Decision) -> Self {
+        let (poll_status, poll_rpc_code) = outcome_fields(&decision.idle);
+        let (stop_status, stop_rpc_code) = decision
+            .stop
+            .as_ref()
+            .map_or((wool_status::Ok, -1), outcome_fields);
+        let reason = REASONS
+            .iter()
+            .find(|(r, _)| *r == decision.reason)
+            .map_or(-1, |(_, value)| *value);
+        wool_retire_decision {
+            reason,
+            retire: decision.retires(),
+            poll_status,
+            poll_rpc_code,
+            idle_seconds: decision.idle.as_ref().copied().unwrap_or(f64::NAN),
+            stopped: decision.stop.is_some(),
+            stop_status,
+            stop_rpc_code,
+        }
+    }
+}
+
+/// One retire round over the handles `conns[0..count]`: polls them all (as wool_idle_many,
+/// within `poll_timeout_seconds`, at most `max_in_flight` at once), decides by `policy` (the
+/// most idle retired first, never leaving fewer than `keep_min` answering workers, at most
+/// `max_stops`), stops the retired ones (as wool_stop with the policy's grace and stop
+/// timeout, at most `max_in_flight` at once) unless `dry_run`, and writes one decision per
+/// handle to `out[0..count]`, in `conns` order. Blocks the calling thread. A NULL handle is
+/// kept with reason WOOL_RETIRE_REASON_POLL_FAILED and poll status INVALID_ARGUMENT.
+///
+/// Returns WOOL_STATUS_OK when the round ran (whatever each worker gave), or
+/// WOOL_STATUS_INVALID_ARGUMENT for a NULL array with a non-zero count, a NULL policy,
+/// max_in_flight 0, a bad timeout or a bad policy field (the message names it); nothing is
+/// written or stopped then.
+///
+/// # Safety
+/// `conns` must be NULL or `count` pointers, each NULL or a live handle; `policy` NULL or
+/// readable; `out` NULL or `count` writable elements.
+#[no_mangle]
+pub unsafe extern "C" fn wool_retire_idle(
+    conns: *const *const wool_connection,
+    count: usize,
+    policy: *const wool_retire_policy,
+    poll_timeout_seconds: f64,
+    max_in_flight: usize,
+    out: *mut wool_retire_decision,
+) -> wool_status {
+    ffi_panic_boundary!("wool_retire_idle", {
+        // SAFETY: the caller's contract above.
+        let policy = unsafe { try_ref(policy, "policy") }?.to_policy()?;
+        if count > 0 && (conns.is_null() || out.is_null()) {
+            return Err(Error::invalid_argument(
+                "conns and out must not be NULL when count > 0",
+            ));
+        }
+        if max_in_flight == 0 {
+            return Err(Error::invalid_argument("max_in_flight must be at least 1"));
+        }
+        let timeout = try_timeout(poll_timeout_seconds)?;
+        if count == 0 {
+            return Ok(());
+        }
+        // SAFETY: `count` handle pointers, each NULL or live, by the caller's contract.
+        let polls = unsafe { sweep_handles(conns, count, timeout, max_in_flight) }?;
+        // SAFETY: as above.
+        let handles = unsafe { std::slice::from_raw_parts(conns, count) };
+        let workers: Vec<Option<Arc<WorkerConnection>>> = handles
+            .iter()
+            // SAFETY: each NULL or live, by the caller's contract.
+            .map(|&handle| unsafe { handle.as_ref() }.map(wool_connection::shared))
+            .collect();
+        let mut decisions = retire::decide(polls, &policy);
+        // A NULL handle failed its poll, so it is never retired: the placeholder is unused.
+        let placeholder = Arc::new(WorkerConnection::new("127.0.0.1:1")?);
+        let workers: Vec<Arc<WorkerConnection>> = workers
+            .into_iter()
+            .map(|w| w.unwrap_or_else(|| Arc::clone(&placeholder)))
+            .collect();
+        let decisions = runtime::block_on(async move {
+            retire::apply(&workers, &mut decisions, &policy, max_in_flight)
+                .await
+                .map(|()| decisions)
+        })??;
+        // SAFETY: `count` writable elements, by the caller's contract.
+        let out = unsafe { std::slice::from_raw_parts_mut(out, count) };
+        for (slot, decision) in out.iter_mut().zip(&decisions) {
+            *slot = wool_retire_decision::from(decision);
         }
         Ok(())
     })

@@ -11,6 +11,7 @@
 
 pub mod connection;
 pub mod credentials;
+pub mod discovery;
 pub mod fleet;
 pub mod last_error;
 pub mod options;
@@ -28,7 +29,15 @@ pub use connection::{wool_connect, wool_connection, wool_free, wool_idle, wool_s
 pub use credentials::{
     wool_credentials, wool_credentials_free, wool_credentials_from_files, wool_credentials_from_pem,
 };
-pub use fleet::wool_idle_many;
+pub use discovery::{
+    wool_connect_worker, wool_discover, wool_watch, wool_watch_free, wool_watch_new,
+    wool_watch_next, wool_worker_info, wool_worker_list, wool_worker_list_count,
+    wool_worker_list_free, wool_worker_list_get,
+};
+pub use fleet::{
+    wool_idle_many, wool_retire_decision, wool_retire_idle, wool_retire_policy,
+    wool_retire_reason_name,
+};
 pub use last_error::{wool_last_error, wool_last_rpc_code};
 pub use options::{
     wool_channel_options, wool_channel_options_free, wool_channel_options_new,
@@ -119,6 +128,26 @@ impl Boundary for usize {
         0
     }
 }
+
+/// Functions returning a borrowed pointer into a handle (NULL after a panic).
+impl<T> Boundary for *const T
+where
+    T: BorrowedFromHandle,
+{
+    type Body = *const T;
+
+    fn from_body(_: &'static str, pointer: *const T) -> Self {
+        pointer
+    }
+
+    fn after_panic() -> Self {
+        std::ptr::null()
+    }
+}
+
+/// Types handed to C as pointers into a handle that owns them (not text: that has its own rule).
+pub(crate) trait BorrowedFromHandle {}
+impl BorrowedFromHandle for discovery::wool_worker_info {}
 
 /// `wool_last_rpc_code`: a code, or -1.
 impl Boundary for i32 {

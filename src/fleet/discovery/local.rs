@@ -1,0 +1,330 @@
+//! `LocalDiscovery`: the shared-memory registry Wool 0.15.7's `LocalDiscovery` keeps on one host
+//! (`wool/runtime/discovery/local.py`). This file is the only one that knows the format.
+//!
+//! - The namespace's registry is the POSIX shared-memory segment `/dev/shm/<h(namespace)>`: a
+//!   16-byte header (`"WLD1"`, the slot capacity as a little-endian u32, zeros), then
+//!   `capacity` 16-byte slots, each a worker's UUID bytes or all zeros.
+//! - Each worker's record is the segment `/dev/shm/<h(uuid hex)>`: a native-endian u32 length,
+//!   then that many bytes of a serialized `WorkerMetadata`.
+//! - `h(s)`: the first 30 characters of the unpadded URL-safe base64 of SHA-256(s).
+//! - Writers touch `$TMPDIR/wool-<namespace>/notify` after each change; readers rescan then,
+//!   without the writers' lock, so a record may be missing or half-written: it is skipped and
+//!   read again on the next change.
+//!
+//! Segments are read with `read(2)`, never mapped: a writer shrinking or unlinking one cannot
+//! fault this process.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::ErrorKind as IoErrorKind;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine;
+use notify::Watcher;
+use prost::Message;
+use sha2::Digest;
+use uuid::Uuid;
+
+use super::{sorted, DiscoveredWorker, Roster, Watch, WatchFeed};
+use crate::connection::{Error, ErrorKind};
+use crate::protocol::WorkerMetadata;
+
+const HEADER_MAGIC: &[u8; 4] = b"WLD1";
+const SLOT_BYTES: usize = 16;
+/// Where Linux keeps POSIX shared-memory segments (`shm_open("/name")`).
+const SHM_DIR: &str = "/dev/shm";
+/// How often a watch rescans when no change notification arrived (a missed inotify event, a
+/// registry created after the watch started, a writer that died mid-change).
+const RESCAN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Discovery through a Wool pool's shared-memory registry on this host (Wool's
+/// `LocalDiscovery(namespace)`): sees the workers of every pool started with that namespace on
+/// this machine, e.g. `WorkerPool(spawn=4, discovery=LocalDiscovery("batch"))`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalDiscovery {
+    namespace: String,
+    shm_dir: PathBuf,
+    notify_dir: PathBuf,
+}
+
+impl LocalDiscovery {
+    /// The registry of `namespace` (any non-empty string without NUL, as in Wool). No I/O.
+    ///
+    /// Errors: [`ErrorKind::InvalidArgument`] for an empty namespace or one containing NUL or
+    /// `/` (Wool's notification directory is named after it).
+    pub fn new(namespace: &str) -> Result<Self, Error> {
+        check_namespace(namespace)?;
+        // Python's `tempfile.gettempdir()`, resolved as Wool resolves it.
+        let tmp = std::env::temp_dir();
+        let tmp = tmp.canonicalize().unwrap_or(tmp);
+        Ok(Self {
+            namespace: namespace.to_owned(),
+            shm_dir: PathBuf::from(SHM_DIR),
+            notify_dir: tmp.join(format!("wool-{namespace}")),
+        })
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The workers registered now, sorted by address. A namespace with no registry on this
+    /// host (no pool started with it, or every pool gone) lists as empty.
+    ///
+    /// Errors: [`ErrorKind::Transient`] when the registry exists but cannot be read (e.g. no
+    /// permission).
+    pub fn list(&self) -> Result<Vec<DiscoveredWorker>, Error> {
+        self.scan().map(sorted)
+    }
+
+    /// Watches the registry: reports every worker present, then joins, changes and leaves as
+    /// Wool's writers publish them (on their change notification, and at the latest within a
+    /// second). A registry that appears later is picked up.
+    ///
+    /// Errors: [`ErrorKind::Transient`] when the watch thread cannot be started.
+    pub fn watch(&self) -> Result<Watch, Error> {
+        let (watch, feed) = WatchFeed::channel();
+        let (wake_tx, wake_rx) = flume::bounded::<()>(1);
+        // Wool's subscriber makes the directory so that its watch has something to watch.
+        let _ = std::fs::create_dir_all(&self.notify_dir);
+        let watcher = notify::recommended_watcher(move |_event| {
+            let _ = wake_tx.try_send(());
+        })
+        .and_then(|mut watcher| {
+            watcher.watch(&self.notify_dir, notify::RecursiveMode::NonRecursive)?;
+            Ok(watcher)
+        });
+        let watcher = match watcher {
+            Ok(watcher) => Some(watcher),
+            Err(error) => {
+                tracing::warn!(
+                    directory = %self.notify_dir.display(),
+                    %error,
+                    "cannot watch Wool's notification directory; rescanning every second"
+                );
+                None
+            }
+        };
+        let discovery = self.clone();
+        std::thread::Builder::new()
+            .name("wool-discovery".into())
+            .spawn(move || {
+                let _watcher = watcher;
+                let mut roster = Roster::default();
+                loop {
+                    match discovery.scan() {
+                        Ok(scan) => {
+                            for event in roster.replace(scan) {
+                                if !feed.send(event) {
+                                    return;
+                                }
+                            }
+                        }
+                        Err(error) => tracing::warn!(%error, "registry scan failed"),
+                    }
+                    // Wait for a notification or the rescan interval, whichever first; end when
+                    // the watch is dropped.
+                    let woke = flume::Selector::new()
+                        .recv(&wake_rx, |_| false)
+                        .recv(&feed.stop, |_| true)
+                        .wait_timeout(RESCAN_INTERVAL);
+                    if matches!(woke, Ok(true)) || feed.stopped_within(Duration::ZERO) {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Transient,
+                    None,
+                    format!("cannot start the watch thread: {e}"),
+                )
+            })?;
+        Ok(watch)
+    }
+
+    /// One pass over the registry, in slot order.
+    fn scan(&self) -> Result<Vec<DiscoveredWorker>, Error> {
+        let registry_path = self.shm_dir.join(short_hash(&self.namespace));
+        let registry = match read_segment(&registry_path) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return Ok(Vec::new()),
+            Err(error) => {
+                return Err(Error::new(
+                    ErrorKind::Transient,
+                    None,
+                    format!(
+                        "cannot read the registry of namespace {:?} ({}): {error}",
+                        self.namespace,
+                        registry_path.display()
+                    ),
+                ))
+            }
+        };
+        let Some(slots) = registry_slots(&registry) else {
+            tracing::debug!(namespace = %self.namespace, "registry header not yet written");
+            return Ok(Vec::new());
+        };
+        Ok(slots
+            .filter_map(|uid| self.read_record(uid))
+            .collect())
+    }
+
+    /// The record of the worker in a slot, or `None` (with a log line) when it cannot be read.
+    fn read_record(&self, slot_uid: Uuid) -> Option<DiscoveredWorker> {
+        let path = self.shm_dir.join(short_hash(&slot_uid.simple().to_string()));
+        let skip = |why: &str| {
+            tracing::warn!(namespace = %self.namespace, worker = %slot_uid, "skipping a registry record: {why}");
+            None
+        };
+        let bytes = match read_segment(&path) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return skip("its record segment is missing"),
+            Err(error) => return skip(&format!("its record cannot be read: {error}")),
+        };
+        match decode_record(&bytes) {
+            Ok(worker) if worker.uid == slot_uid => Some(worker),
+            Ok(worker) => skip(&format!("the record names another worker, {}", worker.uid)),
+            Err(why) => skip(&why),
+        }
+    }
+}
+
+/// Rejects namespaces Wool's local backend could not have made.
+fn check_namespace(namespace: &str) -> Result<(), Error> {
+    if namespace.is_empty() || namespace.contains(['\0', '/']) {
+        return Err(Error::invalid_argument(format!(
+            "namespace must be a non-empty string without NUL or '/', got {namespace:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Reads a whole segment; `Ok(None)` when it does not exist.
+fn read_segment(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(error) if error.kind() == IoErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+/// The non-empty slots of a registry, or `None` when its header is not (yet) Wool's.
+fn registry_slots(registry: &[u8]) -> Option<impl Iterator<Item = Uuid> + '_> {
+    if registry.len() < SLOT_BYTES || &registry[..4] != HEADER_MAGIC {
+        return None;
+    }
+    let capacity = u32::from_le_bytes(registry[4..8].try_into().ok()?) as usize;
+    let end = capacity
+        .checked_mul(SLOT_BYTES)
+        .and_then(|bytes| bytes.checked_add(SLOT_BYTES))
+        .map_or(registry.len(), |end| end.min(registry.len()));
+    Some(
+        registry[SLOT_BYTES..end]
+            .chunks_exact(SLOT_BYTES)
+            .filter(|slot| slot.iter().any(|&b| b != 0))
+            .map(|slot| Uuid::from_bytes(slot.try_into().expect("16-byte chunks"))),
+    )
+}
+
+/// A worker record: length-prefixed `WorkerMetadata`; the error says why it was refused.
+fn decode_record(bytes: &[u8]) -> Result<DiscoveredWorker, String> {
+    let prefix: [u8; 4] = bytes
+        .get(..4)
+        .and_then(|p| p.try_into().ok())
+        .ok_or("shorter than its length prefix")?;
+    let length = u32::from_ne_bytes(prefix) as usize;
+    let body = bytes
+        .get(4..4usize.saturating_add(length))
+        .ok_or_else(|| format!("length {length} runs past the segment (half-written?)"))?;
+    if length == 0 {
+        return Err("empty (half-written?)".into());
+    }
+    let metadata =
+        WorkerMetadata::decode(body).map_err(|e| format!("not a WorkerMetadata message: {e}"))?;
+    from_metadata(metadata)
+}
+
+/// Wool's `WorkerMetadata.from_protobuf`, less the channel options.
+pub(super) fn from_metadata(metadata: WorkerMetadata) -> Result<DiscoveredWorker, String> {
+    let uid = Uuid::parse_str(&metadata.uid)
+        .map_err(|_| format!("uid {:?} is not a UUID", metadata.uid))?;
+    if metadata.address.is_empty() {
+        return Err("no address".into());
+    }
+    Ok(DiscoveredWorker {
+        uid,
+        address: metadata.address,
+        pid: metadata.pid,
+        version: metadata.version,
+        tags: metadata.tags.into_iter().collect::<BTreeSet<_>>(),
+        extra: metadata.extra.into_iter().collect::<BTreeMap<_, _>>(),
+        secure: metadata.secure,
+        identity: Some(metadata.identity).filter(|identity| !identity.is_empty()),
+    })
+}
+
+/// Wool's `_short_hash`: the first 30 characters of the unpadded URL-safe base64 of SHA-256.
+fn short_hash(text: &str) -> String {
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    let mut encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest);
+    encoded.truncate(30);
+    encoded
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_hash_matches_wools() {
+        // python3 -c 'import wool.runtime.discovery.local as l; print(l._short_hash("batch"))'
+        assert_eq!(short_hash("batch"), "S7JO_JZBr8Xe0cp36rtuL88GLSESzN");
+        assert_eq!(short_hash("batch").len(), 30);
+    }
+
+    #[test]
+    fn registry_headers_and_slots() {
+        let mut registry = vec![0u8; 16 + 3 * 16];
+        assert!(registry_slots(&registry).is_none(), "no magic: not ready");
+        registry[..4].copy_from_slice(HEADER_MAGIC);
+        registry[4..8].copy_from_slice(&3u32.to_le_bytes());
+        registry[32..48].copy_from_slice(&[7; 16]);
+        let slots: Vec<_> = registry_slots(&registry).unwrap().collect();
+        assert_eq!(slots, vec![Uuid::from_bytes([7; 16])]);
+        // A capacity larger than the segment stops at the segment's end.
+        registry[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(registry_slots(&registry).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn bad_records_are_refused_with_a_reason() {
+        assert!(decode_record(&[1, 0]).unwrap_err().contains("prefix"));
+        assert!(decode_record(&[9, 0, 0, 0, 1]).unwrap_err().contains("half-written"));
+        assert!(decode_record(&[0, 0, 0, 0]).unwrap_err().contains("empty"));
+        let mut junk = 3u32.to_ne_bytes().to_vec();
+        junk.extend([0xff, 0xff, 0xff]);
+        assert!(decode_record(&junk).unwrap_err().contains("WorkerMetadata"));
+        let foreign = WorkerMetadata {
+            uid: "not-a-uuid".into(),
+            address: "127.0.0.1:1".into(),
+            ..WorkerMetadata::default()
+        }
+        .encode_to_vec();
+        let mut record = (foreign.len() as u32).to_ne_bytes().to_vec();
+        record.extend(foreign);
+        assert!(decode_record(&record).unwrap_err().contains("not a UUID"));
+    }
+
+    #[test]
+    fn namespaces_wool_could_not_have_made_are_refused() {
+        for bad in ["", "a/b", "a\0b"] {
+            assert_eq!(
+                LocalDiscovery::new(bad).unwrap_err().kind(),
+                ErrorKind::InvalidArgument
+            );
+        }
+        assert!(LocalDiscovery::new("batch").unwrap().list().unwrap().is_empty());
+    }
+}

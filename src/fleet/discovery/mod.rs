@@ -1,0 +1,312 @@
+//! Finding the workers of a Wool pool by its namespace, as Wool's own discovery subscribers do.
+//!
+//! Two backends, one per file, each agreeing with Wool 0.15.7's subscriber of the same name:
+//!
+//! - [`LocalDiscovery`] (`local.rs`): the pool's shared-memory registry on this host;
+//! - [`LanDiscovery`] (`lan.rs`): DNS-SD over multicast DNS on the local network.
+//!
+//! Each gives a one-shot listing (`list`) and a [`Watch`] that reports joins, leaves and changes
+//! as they happen. A record that cannot be read (half-written, foreign, malformed) is skipped
+//! with a `tracing` warning, never an error: Wool's readers do the same, since writers change
+//! the registry while readers scan it.
+
+mod lan;
+mod local;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use serde::Serialize;
+use uuid::Uuid;
+
+pub use lan::LanDiscovery;
+pub use local::LocalDiscovery;
+
+use crate::connection::{ChannelOptions, Error, WorkerConnection, WorkerCredentials};
+
+/// A worker as its pool publishes it (Wool's `WorkerMetadata`, less the channel options, which
+/// the LAN backend does not carry).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DiscoveredWorker {
+    /// The worker's id (Wool's `WorkerMetadata.uid`).
+    pub uid: Uuid,
+    /// Where it listens, `host:port` as published (dial it as a target).
+    pub address: String,
+    /// Its process id on its host.
+    pub pid: i32,
+    /// The Wool version it runs.
+    pub version: String,
+    /// Its tags, sorted.
+    pub tags: BTreeSet<String>,
+    /// Free-form key/value metadata.
+    pub extra: BTreeMap<String, String>,
+    /// Whether it serves TLS: reach it with credentials ([`DiscoveredWorker::connect`]).
+    pub secure: bool,
+    /// The name its certificate is issued for, when it advertises one: a secure worker is
+    /// verified against it instead of its address.
+    pub identity: Option<String>,
+}
+
+impl DiscoveredWorker {
+    /// A connection to this worker, as Wool's pool makes one for a discovered worker: over TLS
+    /// with `credentials` when the worker advertises `secure` (verified against its advertised
+    /// identity where it has one, else the caller's identity or the address), plaintext
+    /// otherwise (the credentials are then not used). No I/O.
+    ///
+    /// Errors: [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) when the
+    /// worker is secure and no credentials were given, or its address or identity is malformed.
+    pub fn connect(
+        &self,
+        credentials: Option<&WorkerCredentials>,
+        options: ChannelOptions,
+    ) -> Result<WorkerConnection, Error> {
+        let credentials = if self.secure {
+            let given = credentials.ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "worker {} at {} serves TLS: credentials are needed to reach it",
+                    self.uid, self.address
+                ))
+            })?;
+            Some(match &self.identity {
+                Some(identity) => given.with_identity(identity)?,
+                None => given.clone(),
+            })
+        } else {
+            None
+        };
+        WorkerConnection::with_options(&self.address, credentials, options)
+    }
+}
+
+/// What a [`Watch`] saw happen to one worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", content = "worker", rename_all = "kebab-case")]
+pub enum DiscoveryEvent {
+    /// The worker joined the pool (Wool's `worker-added`); also reported for every worker
+    /// present when the watch starts.
+    #[serde(rename = "worker-added")]
+    Added(DiscoveredWorker),
+    /// The worker's published metadata changed (Wool's `worker-updated`).
+    #[serde(rename = "worker-updated")]
+    Updated(DiscoveredWorker),
+    /// The worker left the pool (Wool's `worker-dropped`): its last known metadata.
+    #[serde(rename = "worker-dropped")]
+    Dropped(DiscoveredWorker),
+}
+
+impl DiscoveryEvent {
+    /// The worker the event is about.
+    pub fn worker(&self) -> &DiscoveredWorker {
+        match self {
+            DiscoveryEvent::Added(w) | DiscoveryEvent::Updated(w) | DiscoveryEvent::Dropped(w) => w,
+        }
+    }
+}
+
+/// Either backend, chosen at run time (as a command-line flag or a C argument chooses it).
+#[derive(Debug, Clone)]
+pub enum Discovery {
+    /// The shared-memory registry on this host.
+    Local(LocalDiscovery),
+    /// DNS-SD over multicast DNS.
+    Lan(LanDiscovery),
+}
+
+impl Discovery {
+    /// The workers published now. For [`Discovery::Lan`] this browses the network for the
+    /// backend's listening window first.
+    ///
+    /// Errors: as the backend's `list`.
+    pub fn list(&self) -> Result<Vec<DiscoveredWorker>, Error> {
+        match self {
+            Discovery::Local(local) => local.list(),
+            Discovery::Lan(lan) => lan.list(),
+        }
+    }
+
+    /// Starts watching: the watch first reports every worker present, then each change.
+    ///
+    /// Errors: as the backend's `watch`.
+    pub fn watch(&self) -> Result<Watch, Error> {
+        match self {
+            Discovery::Local(local) => local.watch(),
+            Discovery::Lan(lan) => lan.watch(),
+        }
+    }
+
+    /// The namespace watched.
+    pub fn namespace(&self) -> &str {
+        match self {
+            Discovery::Local(local) => local.namespace(),
+            Discovery::Lan(lan) => lan.namespace(),
+        }
+    }
+}
+
+/// A running watch over a pool: its events arrive in order on a library thread and wait here
+/// until taken. Dropping the watch stops it.
+pub struct Watch {
+    events: flume::Receiver<DiscoveryEvent>,
+    /// Dropped with the watch: the backend's thread sees its sender side disconnect and ends.
+    _stop: flume::Sender<()>,
+}
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watch")
+            .field("pending", &self.events.len())
+            .finish()
+    }
+}
+
+impl Watch {
+    /// The next event, waiting at most `timeout` (`None` = as long as it takes); `None` when
+    /// nothing happened in that time or the watch has ended.
+    pub fn next_timeout(&self, timeout: Option<Duration>) -> Option<DiscoveryEvent> {
+        match timeout {
+            None => self.events.recv().ok(),
+            Some(limit) => self.events.recv_timeout(limit).ok(),
+        }
+    }
+
+    /// The next event, for async code; `None` once the watch has ended.
+    pub async fn next(&self) -> Option<DiscoveryEvent> {
+        self.events.recv_async().await.ok()
+    }
+}
+
+/// The sending half a backend's thread holds: where events go, and whether the watch is still
+/// wanted.
+struct WatchFeed {
+    events: flume::Sender<DiscoveryEvent>,
+    stop: flume::Receiver<()>,
+}
+
+impl WatchFeed {
+    /// A new watch and the feed its backend thread writes.
+    fn channel() -> (Watch, WatchFeed) {
+        let (events_tx, events_rx) = flume::unbounded();
+        let (stop_tx, stop_rx) = flume::bounded(1);
+        (
+            Watch {
+                events: events_rx,
+                _stop: stop_tx,
+            },
+            WatchFeed {
+                events: events_tx,
+                stop: stop_rx,
+            },
+        )
+    }
+
+    /// Sends `event`; false once the watch is gone.
+    fn send(&self, event: DiscoveryEvent) -> bool {
+        self.events.send(event).is_ok()
+    }
+
+    /// Waits up to `limit` for the watch to be dropped; true if it was.
+    fn stopped_within(&self, limit: Duration) -> bool {
+        matches!(
+            self.stop.recv_timeout(limit),
+            Err(flume::RecvTimeoutError::Disconnected)
+        )
+    }
+}
+
+/// The workers a watch has seen, by uid, and the events that bring it up to a new state.
+#[derive(Default)]
+struct Roster {
+    workers: HashMap<Uuid, DiscoveredWorker>,
+}
+
+impl Roster {
+    /// Replaces the roster with a full scan; returns the joins, changes and leaves.
+    fn replace(&mut self, scan: Vec<DiscoveredWorker>) -> Vec<DiscoveryEvent> {
+        let mut events = Vec::new();
+        let mut seen = HashMap::with_capacity(scan.len());
+        for worker in scan {
+            seen.insert(worker.uid, ());
+            events.extend(self.upsert(worker));
+        }
+        let gone: Vec<Uuid> = self
+            .workers
+            .keys()
+            .filter(|uid| !seen.contains_key(uid))
+            .copied()
+            .collect();
+        events.extend(gone.into_iter().filter_map(|uid| self.remove(&uid)));
+        events
+    }
+
+    /// Records one worker; an event when it is new or changed.
+    fn upsert(&mut self, worker: DiscoveredWorker) -> Option<DiscoveryEvent> {
+        match self.workers.insert(worker.uid, worker.clone()) {
+            None => Some(DiscoveryEvent::Added(worker)),
+            Some(previous) if previous != worker => Some(DiscoveryEvent::Updated(worker)),
+            Some(_) => None,
+        }
+    }
+
+    /// Forgets one worker; the leave event when it was known.
+    fn remove(&mut self, uid: &Uuid) -> Option<DiscoveryEvent> {
+        self.workers.remove(uid).map(DiscoveryEvent::Dropped)
+    }
+}
+
+/// Sorts a listing by address then uid, so listings compare and print stably.
+fn sorted(mut workers: Vec<DiscoveredWorker>) -> Vec<DiscoveredWorker> {
+    workers.sort_by(|a, b| (&a.address, a.uid).cmp(&(&b.address, b.uid)));
+    workers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker(n: u8, address: &str) -> DiscoveredWorker {
+        DiscoveredWorker {
+            uid: Uuid::from_bytes([n; 16]),
+            address: address.into(),
+            pid: n.into(),
+            version: "0.15.7".into(),
+            tags: BTreeSet::new(),
+            extra: BTreeMap::new(),
+            secure: false,
+            identity: None,
+        }
+    }
+
+    #[test]
+    fn a_roster_reports_joins_changes_and_leaves_once() {
+        let mut roster = Roster::default();
+        let events = roster.replace(vec![worker(1, "a:1"), worker(2, "b:2")]);
+        assert_eq!(events.len(), 2);
+        assert!(events.iter().all(|e| matches!(e, DiscoveryEvent::Added(_))));
+        assert!(roster.replace(vec![worker(1, "a:1"), worker(2, "b:2")]).is_empty());
+        let events = roster.replace(vec![worker(1, "a:9")]);
+        assert_eq!(
+            events,
+            vec![
+                DiscoveryEvent::Updated(worker(1, "a:9")),
+                DiscoveryEvent::Dropped(worker(2, "b:2"))
+            ]
+        );
+    }
+
+    #[test]
+    fn a_secure_worker_needs_credentials_and_a_plain_one_ignores_them() {
+        let mut secure = worker(3, "127.0.0.1:1");
+        secure.secure = true;
+        let error = secure.connect(None, ChannelOptions::default()).unwrap_err();
+        assert_eq!(error.kind(), crate::ErrorKind::InvalidArgument);
+        assert!(error.message().contains("credentials"), "{error}");
+        let plain = worker(4, "127.0.0.1:1");
+        assert!(plain.connect(None, ChannelOptions::default()).is_ok());
+    }
+
+    #[test]
+    fn events_serialize_with_wools_event_names() {
+        let json = serde_json::to_string(&DiscoveryEvent::Dropped(worker(5, "h:1"))).unwrap();
+        assert!(json.starts_with(r#"{"event":"worker-dropped","worker":{"uid":"05050505-"#), "{json}");
+    }
+}

@@ -1,0 +1,92 @@
+//! Sweeps: poll many workers' idle time with a bound on calls in flight and one deadline.
+
+use std::borrow::Borrow;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+
+use crate::connection::{Error, WorkerConnection};
+
+/// How a sweep polls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SweepOptions {
+    /// Most polls in flight at once, at least 1 (default 100, a worker's stream limit: more
+    /// would only queue on a shared channel).
+    pub max_in_flight: usize,
+    /// One deadline for the whole sweep, from its start (default 5 s); `None` = none. A poll
+    /// not started before it passes fails as [`ErrorKind::Transient`](crate::ErrorKind)
+    /// (`DEADLINE_EXCEEDED`) without being sent.
+    pub timeout: Option<Duration>,
+}
+
+impl Default for SweepOptions {
+    fn default() -> Self {
+        Self {
+            max_in_flight: 100,
+            timeout: Some(Duration::from_secs(5)),
+        }
+    }
+}
+
+impl SweepOptions {
+    /// Checks the fields.
+    ///
+    /// Errors: [`ErrorKind::InvalidArgument`](crate::ErrorKind) for `max_in_flight` 0 or a zero
+    /// timeout.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.max_in_flight == 0 {
+            return Err(Error::invalid_argument("max_in_flight must be at least 1"));
+        }
+        if self.timeout == Some(Duration::ZERO) {
+            return Err(Error::invalid_argument("the sweep's timeout must be positive"));
+        }
+        Ok(())
+    }
+}
+
+/// Polls every worker's idle time (as [`WorkerConnection::idle`]), at most
+/// `options.max_in_flight` at once, all within `options.timeout`; returns one outcome per
+/// worker, in the order given: idle seconds, or the error (its kind says what to do). Runs on
+/// the caller's runtime and the pooled channels every [`WorkerConnection`] uses.
+///
+/// Errors: the whole sweep fails only on bad options ([`SweepOptions::validate`]).
+pub async fn sweep<C>(
+    workers: impl IntoIterator<Item = C>,
+    options: &SweepOptions,
+) -> Result<Vec<Result<f64, Error>>, Error>
+where
+    C: Borrow<WorkerConnection>,
+{
+    options.validate()?;
+    let started = Instant::now();
+    let deadline = options.timeout.and_then(|limit| started.checked_add(limit));
+    let timeout = options.timeout;
+    let mut outcomes: Vec<Option<Result<f64, Error>>> = Vec::new();
+    let polls = workers.into_iter().enumerate().map(|(index, worker)| {
+        async move {
+            let left = match deadline {
+                None => None,
+                Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => {
+                        let limit = timeout.unwrap_or_default();
+                        return (index, Err(Error::deadline_exceeded(limit)));
+                    }
+                },
+            };
+            (index, worker.borrow().idle(left).await)
+        }
+    });
+    let mut polls = futures_util::stream::iter(polls).buffer_unordered(options.max_in_flight);
+    while let Some((index, outcome)) = polls.next().await {
+        if outcomes.len() <= index {
+            outcomes.resize(index + 1, None);
+        }
+        outcomes[index] = Some(outcome);
+    }
+    Ok(outcomes
+        .into_iter()
+        .map(|outcome| outcome.expect("every poll reports"))
+        .collect())
+}
