@@ -21,10 +21,10 @@
  * wool_version() for the library a program runs against. WOOL_VERSION_NUMBER is
  * MAJOR * 1000000 + MINOR * 1000 + PATCH, for #if comparisons. */
 #define WOOL_VERSION_MAJOR 0
-#define WOOL_VERSION_MINOR 2
+#define WOOL_VERSION_MINOR 3
 #define WOOL_VERSION_PATCH 0
-#define WOOL_VERSION_STRING "0.2.0"
-#define WOOL_VERSION_NUMBER (0 * 1000000 + 2 * 1000 + 0)
+#define WOOL_VERSION_STRING "0.3.0"
+#define WOOL_VERSION_NUMBER (0 * 1000000 + 3 * 1000 + 0)
 
 /**
  * wool_discover / wool_watch_new backend: the shared-memory registry on this host (Wool's
