@@ -28,4 +28,4 @@ mod sweep;
 
 pub use discovery::{DiscoveredWorker, Discovery, DiscoveryEvent, LanDiscovery, LocalDiscovery, Watch};
 pub use retire::{Decision, Reason, RetirePolicy};
-pub use sweep::{sweep, SweepOptions};
+pub use sweep::{sweep, sweep_observed, SweepOptions};

@@ -58,6 +58,21 @@ pub async fn sweep<C>(
 where
     C: Borrow<WorkerConnection>,
 {
+    sweep_observed(workers, options, |_, _| {}).await
+}
+
+/// As [`sweep`], calling `observe(index, outcome)` as each poll finishes (in completion order),
+/// e.g. to show progress.
+///
+/// Errors: as [`sweep`].
+pub async fn sweep_observed<C>(
+    workers: impl IntoIterator<Item = C>,
+    options: &SweepOptions,
+    mut observe: impl FnMut(usize, &Result<f64, Error>),
+) -> Result<Vec<Result<f64, Error>>, Error>
+where
+    C: Borrow<WorkerConnection>,
+{
     options.validate()?;
     let started = Instant::now();
     let deadline = options.timeout.and_then(|limit| started.checked_add(limit));
@@ -80,6 +95,7 @@ where
     });
     let mut polls = futures_util::stream::iter(polls).buffer_unordered(options.max_in_flight);
     while let Some((index, outcome)) = polls.next().await {
+        observe(index, &outcome);
         if outcomes.len() <= index {
             outcomes.resize(index + 1, None);
         }

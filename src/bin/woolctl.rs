@@ -1,0 +1,627 @@
+//! `woolctl`: the fleet job from a shell — poll, stop, discover, sweep and reap Wool workers.
+//!
+//! Results go to stdout (a table, or with `--output json` one JSON object per worker per
+//! line), diagnostics to stderr. Exit status: 0 when every worker succeeded, 1 when any failed,
+//! 2 on usage errors. TLS flags are named as grpc_health_probe names them.
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::json;
+use wool::connection::ChannelOptions;
+use wool::fleet::discovery::{DiscoveredWorker, Discovery, DiscoveryEvent, LanDiscovery, LocalDiscovery};
+use wool::fleet::{retire, sweep_observed, Decision, RetirePolicy, SweepOptions};
+use wool::protocol::Grace;
+use wool::{Error, WorkerConnection, WorkerCredentials};
+
+#[derive(Parser)]
+#[command(name = "woolctl", version, about = "Poll, stop, discover, sweep and reap Wool workers")]
+struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct Global {
+    /// How results are printed: a table, or one JSON object per worker per line.
+    #[arg(long, global = true, value_enum, default_value_t = Output::Table)]
+    output: Output,
+    /// CA certificate (PEM) to verify workers with; turns TLS on.
+    #[arg(long, global = true, value_name = "PATH")]
+    tls_ca_cert: Option<std::path::PathBuf>,
+    /// Client certificate (PEM) for mutual TLS (with --tls-client-key).
+    #[arg(long, global = true, value_name = "PATH", requires = "tls_client_key")]
+    tls_client_cert: Option<std::path::PathBuf>,
+    /// Client key (PEM) for mutual TLS (with --tls-client-cert).
+    #[arg(long, global = true, value_name = "PATH", requires = "tls_client_cert")]
+    tls_client_key: Option<std::path::PathBuf>,
+    /// Name to verify the worker's certificate against instead of its address.
+    #[arg(long, global = true, value_name = "NAME")]
+    tls_server_name: Option<String>,
+    /// Limit on establishing each connection (e.g. 5s, 500ms, 2).
+    #[arg(long, global = true, value_parser = parse_duration, default_value = "5s")]
+    connect_timeout: Duration,
+    /// Deadline of each poll, and of a whole sweep (e.g. 5s); a stop's deadline is its grace
+    /// plus this.
+    #[arg(long, global = true, value_parser = parse_duration, default_value = "5s")]
+    rpc_timeout: Duration,
+    /// Most calls in flight at once in a sweep or reap.
+    #[arg(long, global = true, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    max_in_flight: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print each worker's idle seconds (as Wool's `WorkerConnection.idle`).
+    Idle {
+        /// Worker targets (host:port, unix:/path, ...).
+        #[arg(required = true)]
+        addresses: Vec<String>,
+    },
+    /// Stop (retire) workers, letting in-flight work run for the grace.
+    Stop {
+        /// Seconds (or a duration) for in-flight work: 0 cancels it, negative or inf waits
+        /// however long.
+        #[arg(long, value_parser = parse_grace, default_value = "30", allow_hyphen_values = true)]
+        grace: Grace,
+        /// Worker targets.
+        #[arg(required = true)]
+        addresses: Vec<String>,
+    },
+    /// List the workers of a Wool pool by its discovery namespace.
+    Discover {
+        /// The pool's namespace (as given to Wool's LocalDiscovery / LanDiscovery).
+        namespace: String,
+        /// Browse DNS-SD over multicast DNS instead of this host's shared-memory registry.
+        #[arg(long)]
+        lan: bool,
+        /// Keep watching and print joins, changes and leaves until interrupted.
+        #[arg(long)]
+        watch: bool,
+        /// How long a LAN listing listens for answers.
+        #[arg(long, value_parser = parse_duration, default_value = "1500ms")]
+        listen: Duration,
+    },
+    /// Poll every worker of a pool (or of a list) with one deadline.
+    Sweep {
+        #[command(flatten)]
+        fleet: Fleet,
+    },
+    /// Retire the workers idle longer than a threshold (one round, or every --interval).
+    Reap {
+        /// Retire workers idle at least this long (e.g. 5m, 300s, 300).
+        #[arg(long, value_parser = parse_duration)]
+        idle_over: Duration,
+        /// Never leave fewer than this many answering workers.
+        #[arg(long, default_value_t = 0)]
+        keep: usize,
+        /// Grace for each stop, as `stop --grace`.
+        #[arg(long, value_parser = parse_grace, default_value = "30", allow_hyphen_values = true)]
+        grace: Grace,
+        /// Most stops per round.
+        #[arg(long)]
+        max_stops: Option<usize>,
+        /// Decide and print, stop nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Repeat every so often (re-discovering a pool each round) until interrupted.
+        #[arg(long, value_parser = parse_duration)]
+        interval: Option<Duration>,
+        #[command(flatten)]
+        fleet: Fleet,
+    },
+}
+
+/// Which workers: a discovered pool or a list of targets.
+#[derive(Args)]
+#[group(required = true, multiple = false)]
+struct Fleet {
+    /// The pool's discovery namespace.
+    #[arg(long, group = "which")]
+    namespace: Option<String>,
+    /// With --namespace: browse DNS-SD over multicast DNS.
+    #[arg(long, requires = "namespace")]
+    lan: bool,
+    /// Worker targets.
+    #[arg(group = "which")]
+    addresses: Vec<String>,
+}
+
+/// A usage error (exit 2) or a run that had failures (exit 1).
+enum Failure {
+    Usage(String),
+    Some,
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Self {
+        Failure::Usage(error.to_string())
+    }
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if let Ok(seconds) = text.parse::<f64>() {
+        return Duration::try_from_secs_f64(seconds)
+            .map_err(|_| format!("{text:?} is not a non-negative number of seconds"));
+    }
+    humantime::parse_duration(text).map_err(|e| format!("{text:?}: {e} (e.g. 300, 300s, 5m, 500ms)"))
+}
+
+fn parse_grace(text: &str) -> Result<Grace, String> {
+    match text.trim().parse::<f64>() {
+        Ok(seconds) if seconds.is_nan() => Err("grace must be seconds, not NaN".into()),
+        Ok(seconds) => Ok(Grace::from_seconds(seconds)),
+        Err(_) => parse_duration(text).map(|d| if d.is_zero() { Grace::None } else { Grace::Within(d) }),
+    }
+}
+
+/// One worker as the commands see it: how it is named in the output, and its connection.
+struct Member {
+    target: String,
+    discovered: Option<DiscoveredWorker>,
+    connection: Result<WorkerConnection, Error>,
+}
+
+struct Context {
+    output: Output,
+    credentials: Option<WorkerCredentials>,
+    options: ChannelOptions,
+    rpc_timeout: Duration,
+    max_in_flight: usize,
+}
+
+impl Context {
+    fn new(global: &Global) -> Result<Self, Failure> {
+        let credentials = match &global.tls_ca_cert {
+            None if global.tls_client_cert.is_some() || global.tls_server_name.is_some() => {
+                return Err(Failure::Usage(
+                    "--tls-client-cert, --tls-client-key and --tls-server-name need --tls-ca-cert".into(),
+                ))
+            }
+            None => None,
+            Some(ca) => Some(WorkerCredentials::from_files(
+                ca,
+                global.tls_client_key.as_deref(),
+                global.tls_client_cert.as_deref(),
+                global.tls_client_cert.is_some(),
+                global.tls_server_name.as_deref(),
+            )?),
+        };
+        let mut options = ChannelOptions::default();
+        if global.connect_timeout.is_zero() || global.rpc_timeout.is_zero() {
+            return Err(Failure::Usage("--connect-timeout and --rpc-timeout must be positive".into()));
+        }
+        options.connect_timeout = Some(global.connect_timeout);
+        Ok(Self {
+            output: global.output,
+            credentials,
+            options,
+            rpc_timeout: global.rpc_timeout,
+            max_in_flight: usize::try_from(global.max_in_flight).unwrap_or(usize::MAX),
+        })
+    }
+
+    fn members_of_targets(&self, targets: &[String]) -> Vec<Member> {
+        targets
+            .iter()
+            .map(|target| Member {
+                target: target.clone(),
+                discovered: None,
+                connection: WorkerConnection::with_options(
+                    target,
+                    self.credentials.clone(),
+                    self.options.clone(),
+                ),
+            })
+            .collect()
+    }
+
+    fn members_of_pool(&self, discovery: &Discovery) -> Result<Vec<Member>, Failure> {
+        let workers = discovery.list().map_err(|e| {
+            eprintln!("woolctl: {e}");
+            Failure::Some
+        })?;
+        if workers.is_empty() {
+            eprintln!("woolctl: no workers found in namespace {:?}", discovery.namespace());
+        }
+        Ok(workers
+            .into_iter()
+            .map(|worker| Member {
+                target: worker.address.clone(),
+                connection: worker.connect(self.credentials.as_ref(), self.options.clone()),
+                discovered: Some(worker),
+            })
+            .collect())
+    }
+
+    fn members(&self, fleet: &Fleet) -> Result<Vec<Member>, Failure> {
+        match &fleet.namespace {
+            Some(namespace) => self.members_of_pool(&discovery(namespace, fleet.lan, None)?),
+            None => Ok(self.members_of_targets(&fleet.addresses)),
+        }
+    }
+
+    fn sweep_options(&self) -> SweepOptions {
+        let mut options = SweepOptions::default();
+        options.max_in_flight = self.max_in_flight;
+        options.timeout = Some(self.rpc_timeout);
+        options
+    }
+
+    /// The stop deadline for `grace`: the grace plus the RPC timeout (none when unbounded).
+    fn stop_timeout(&self, grace: Grace) -> Option<Duration> {
+        match grace {
+            Grace::None => Some(self.rpc_timeout),
+            Grace::Within(grace) => grace.checked_add(self.rpc_timeout),
+            Grace::Unbounded => None,
+        }
+    }
+}
+
+fn discovery(namespace: &str, lan: bool, listen: Option<Duration>) -> Result<Discovery, Failure> {
+    Ok(if lan {
+        let lan = LanDiscovery::new(namespace)?;
+        Discovery::Lan(match listen {
+            Some(listen) => lan.listen_for(listen),
+            None => lan,
+        })
+    } else {
+        Discovery::Local(LocalDiscovery::new(namespace)?)
+    })
+}
+
+/// Polls the members (those that could not be made into connections report why), showing a
+/// progress line on a terminal's stderr once the sweep has taken a second.
+async fn sweep_members(context: &Context, members: &[Member]) -> Vec<Result<f64, Error>> {
+    let live: Vec<&WorkerConnection> = members.iter().filter_map(|m| m.connection.as_ref().ok()).collect();
+    let done = Arc::new(AtomicUsize::new(0));
+    let progress = std::io::stderr().is_terminal().then(|| {
+        let done = Arc::clone(&done);
+        let total = live.len();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            loop {
+                eprint!("\rsweeping: {}/{} answered", done.load(Ordering::Relaxed), total);
+                let _ = std::io::stderr().flush();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    });
+    let outcomes = sweep_observed(live, &context.sweep_options(), |_, _| {
+        done.fetch_add(1, Ordering::Relaxed);
+    })
+    .await
+    .expect("the sweep options are valid");
+    if let Some(progress) = progress {
+        progress.abort();
+        eprint!("\r\x1b[K");
+    }
+    let mut outcomes = outcomes.into_iter();
+    members
+        .iter()
+        .map(|member| match &member.connection {
+            Ok(_) => outcomes.next().expect("one outcome per connection"),
+            Err(error) => Err(error.clone()),
+        })
+        .collect()
+}
+
+fn error_json(error: &Error) -> serde_json::Value {
+    json!({
+        "kind": error.kind().as_str(),
+        "code": error.code().map(|c| c as i32),
+        "message": error.message(),
+    })
+}
+
+fn member_json(member: &Member) -> serde_json::Value {
+    let mut object = json!({ "target": member.target });
+    if let Some(worker) = &member.discovered {
+        object["uid"] = json!(worker.uid);
+    }
+    object
+}
+
+fn print_line(line: impl std::fmt::Display) {
+    let mut stdout = std::io::stdout().lock();
+    // A closed pipe (woolctl ... | head) ends the output, not the program's decisions.
+    let _ = writeln!(stdout, "{line}");
+}
+
+fn seconds_cell(outcome: &Result<f64, Error>) -> String {
+    match outcome {
+        Ok(seconds) => format!("{seconds:.3}"),
+        Err(_) => "-".into(),
+    }
+}
+
+fn print_idle(context: &Context, members: &[Member], outcomes: &[Result<f64, Error>]) -> bool {
+    let mut all_ok = true;
+    if context.output == Output::Table {
+        print_line(format!("{:<36}  {:>12}  {}", "TARGET", "IDLE_SECONDS", "STATUS"));
+    }
+    for (member, outcome) in members.iter().zip(outcomes) {
+        all_ok &= outcome.is_ok();
+        match context.output {
+            Output::Json => {
+                let mut object = member_json(member);
+                match outcome {
+                    Ok(seconds) => {
+                        object["ok"] = json!(true);
+                        object["idle_seconds"] = json!(seconds);
+                    }
+                    Err(error) => {
+                        object["ok"] = json!(false);
+                        object["error"] = error_json(error);
+                    }
+                }
+                print_line(object);
+            }
+            Output::Table => {
+                let status = match outcome {
+                    Ok(_) => "ok".to_string(),
+                    Err(error) => error.to_string(),
+                };
+                print_line(format!("{:<36}  {:>12}  {status}", member.target, seconds_cell(outcome)));
+            }
+        }
+    }
+    all_ok
+}
+
+fn print_discovered(output: Output, worker: &DiscoveredWorker, event: Option<&str>) {
+    match output {
+        Output::Json => match event {
+            None => print_line(serde_json::to_string(worker).expect("serializes")),
+            Some(event) => print_line(json!({ "event": event, "worker": worker })),
+        },
+        Output::Table => {
+            let tags = worker.tags.iter().cloned().collect::<Vec<_>>().join(",");
+            let prefix = event.map(|e| format!("{e:<15} ")).unwrap_or_default();
+            print_line(format!(
+                "{prefix}{:<36}  {:<21}  {:>7}  {:<8}  {:<6}  {:<16}  {}",
+                worker.uid,
+                worker.address,
+                worker.pid,
+                worker.version,
+                if worker.secure { "tls" } else { "plain" },
+                worker.identity.as_deref().unwrap_or("-"),
+                if tags.is_empty() { "-".to_string() } else { tags },
+            ));
+        }
+    }
+}
+
+fn discovered_header(event: bool) {
+    print_line(format!(
+        "{}{:<36}  {:<21}  {:>7}  {:<8}  {:<6}  {:<16}  {}",
+        if event { format!("{:<15} ", "EVENT") } else { String::new() },
+        "UID", "ADDRESS", "PID", "VERSION", "SERVES", "IDENTITY", "TAGS"
+    ));
+}
+
+fn print_decisions(context: &Context, members: &[Member], decisions: &[Decision], dry_run: bool) -> bool {
+    let mut all_ok = true;
+    if context.output == Output::Table {
+        print_line(format!("{:<36}  {:>12}  {:<12}  {:<17}  {}", "TARGET", "IDLE_SECONDS", "ACTION", "REASON", "DETAIL"));
+    }
+    for (member, decision) in members.iter().zip(decisions) {
+        all_ok &= decision.idle.is_ok() && !matches!(decision.stop, Some(Err(_)));
+        let action = match (decision.retires(), &decision.stop, dry_run) {
+            (false, _, _) => "keep",
+            (true, _, true) => "would-retire",
+            (true, Some(Ok(())), _) => "retired",
+            (true, _, _) => "stop-failed",
+        };
+        let detail = match (&decision.idle, &decision.stop) {
+            (Err(error), _) | (_, Some(Err(error))) => Some(error),
+            _ => None,
+        };
+        match context.output {
+            Output::Json => {
+                let mut object = member_json(member);
+                object["action"] = json!(action);
+                object["reason"] = json!(decision.reason.as_str());
+                object["idle_seconds"] = json!(decision.idle.as_ref().ok());
+                object["ok"] = json!(detail.is_none());
+                if let Some(error) = detail {
+                    object["error"] = error_json(error);
+                }
+                print_line(object);
+            }
+            Output::Table => print_line(format!(
+                "{:<36}  {:>12}  {:<12}  {:<17}  {}",
+                member.target,
+                seconds_cell(&decision.idle),
+                action,
+                decision.reason.as_str(),
+                detail.map(ToString::to_string).unwrap_or_default(),
+            )),
+        }
+    }
+    all_ok
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let context = Context::new(&cli.global)?;
+    let all_ok = match cli.command {
+        Command::Idle { addresses } => {
+            let members = context.members_of_targets(&addresses);
+            let outcomes = sweep_members(&context, &members).await;
+            print_idle(&context, &members, &outcomes)
+        }
+        Command::Sweep { fleet } => {
+            let members = context.members(&fleet)?;
+            let outcomes = sweep_members(&context, &members).await;
+            print_idle(&context, &members, &outcomes)
+        }
+        Command::Stop { grace, addresses } => {
+            let members = context.members_of_targets(&addresses);
+            let timeout = context.stop_timeout(grace);
+            let stops = futures_util::future::join_all(members.iter().map(|member| async move {
+                match &member.connection {
+                    Ok(connection) => connection.stop(grace, timeout).await,
+                    Err(error) => Err(error.clone()),
+                }
+            }))
+            .await;
+            let mut all_ok = true;
+            if context.output == Output::Table {
+                print_line(format!("{:<36}  {}", "TARGET", "STATUS"));
+            }
+            for (member, stop) in members.iter().zip(&stops) {
+                all_ok &= stop.is_ok();
+                match context.output {
+                    Output::Json => {
+                        let mut object = member_json(member);
+                        object["ok"] = json!(stop.is_ok());
+                        if let Err(error) = stop {
+                            object["error"] = error_json(error);
+                        } else {
+                            object["stopped"] = json!(true);
+                        }
+                        print_line(object);
+                    }
+                    Output::Table => print_line(format!(
+                        "{:<36}  {}",
+                        member.target,
+                        match stop {
+                            Ok(()) => "stopped".to_string(),
+                            Err(error) => error.to_string(),
+                        }
+                    )),
+                }
+            }
+            all_ok
+        }
+        Command::Discover { namespace, lan, watch, listen } => {
+            let discovery = discovery(&namespace, lan, Some(listen))?;
+            if watch {
+                return watch_pool(context.output, &discovery).await;
+            }
+            let workers = discovery.list().map_err(|e| {
+                eprintln!("woolctl: {e}");
+                Failure::Some
+            })?;
+            if workers.is_empty() {
+                eprintln!("woolctl: no workers found in namespace {namespace:?}");
+            }
+            if context.output == Output::Table {
+                discovered_header(false);
+            }
+            for worker in &workers {
+                print_discovered(context.output, worker, None);
+            }
+            true
+        }
+        Command::Reap { idle_over, keep, grace, max_stops, dry_run, interval, fleet } => {
+            let mut policy = RetirePolicy::new(idle_over);
+            policy.grace = grace;
+            policy.stop_timeout = context.stop_timeout(grace);
+            policy.keep_min = keep;
+            policy.max_stops = max_stops;
+            policy.dry_run = dry_run;
+            policy.validate()?;
+            let mut all_ok = true;
+            loop {
+                let members = context.members(&fleet)?;
+                let polls = sweep_members(&context, &members).await;
+                let mut decisions = retire::decide(polls, &policy);
+                let live: Vec<usize> = (0..members.len()).filter(|&i| members[i].connection.is_ok()).collect();
+                let connections: Vec<&WorkerConnection> =
+                    live.iter().map(|&i| members[i].connection.as_ref().expect("live")).collect();
+                let mut live_decisions: Vec<Decision> = live.iter().map(|&i| decisions[i].clone()).collect();
+                retire::apply(&connections, &mut live_decisions, &policy, context.max_in_flight).await?;
+                for (&index, decision) in live.iter().zip(live_decisions) {
+                    decisions[index] = decision;
+                }
+                all_ok &= print_decisions(&context, &members, &decisions, dry_run);
+                let Some(interval) = interval else { break };
+                tokio::select! {
+                    _ = tokio::time::sleep(interval) => {}
+                    _ = interrupted() => break,
+                }
+            }
+            all_ok
+        }
+    };
+    if all_ok {
+        Ok(())
+    } else {
+        Err(Failure::Some)
+    }
+}
+
+/// Prints a watch's events until SIGINT or SIGTERM.
+async fn watch_pool(output: Output, discovery: &Discovery) -> Result<(), Failure> {
+    let watch = discovery.watch().map_err(|e| {
+        eprintln!("woolctl: {e}");
+        Failure::Some
+    })?;
+    if output == Output::Table {
+        discovered_header(true);
+    }
+    loop {
+        tokio::select! {
+            event = watch.next() => {
+                let Some(event) = event else { return Err(Failure::Some) };
+                let name = match &event {
+                    DiscoveryEvent::Added(_) => "worker-added",
+                    DiscoveryEvent::Updated(_) => "worker-updated",
+                    DiscoveryEvent::Dropped(_) => "worker-dropped",
+                };
+                print_discovered(output, event.worker(), Some(name));
+            }
+            _ = interrupted() => return Ok(()),
+        }
+    }
+}
+
+async fn interrupted() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse(); // usage errors exit 2 here
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let started = Instant::now();
+    let outcome = runtime.block_on(run(cli));
+    tracing::debug!(seconds = started.elapsed().as_secs_f64(), "done");
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Some) => ExitCode::from(1),
+        Err(Failure::Usage(message)) => {
+            eprintln!("woolctl: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
