@@ -39,8 +39,10 @@ type Connection struct {
 // cleanup can close it without keeping the Connection reachable.
 type connHandle struct {
 	mu       sync.RWMutex       // calls start under RLock; close frees ptr under Lock
-	ptr      *C.wool_connection // nil once freed (closed)
+	ptr      *C.wool_connection // nil once freed
 	inFlight atomic.Int64       // calls started on the handle whose completion is not yet collected
+	borrowed int                // blocking fleet calls using ptr now (under mu's Lock)
+	closing  bool               // closed while borrowed: the last return frees ptr (under mu)
 }
 
 // Option configures Connect.
@@ -69,14 +71,28 @@ func WithCredentials(credentials *Credentials) Option {
 // value (the message names the option), and ErrClosed when the credentials given with
 // WithCredentials are closed.
 func Connect(target string, opts ...Option) (*Connection, error) {
+	if strings.IndexByte(target, 0) >= 0 {
+		return nil, invalidArgument("connect", target, "the target contains a NUL byte")
+	}
+	cTarget := C.CString(target)
+	defer C.free(unsafe.Pointer(cTarget))
+	return newConnection(target, opts, func(credentials *C.wool_credentials, channel *C.wool_channel_options, out **C.wool_connection) C.wool_status {
+		if channel == nil {
+			return C.wool_connect(cTarget, credentials, out)
+		}
+		return C.wool_connect_with_options(cTarget, credentials, channel, out)
+	})
+}
+
+// newConnection applies opts, makes the library's channel options (nil when none were given:
+// Wool's defaults), and runs make with them and the credentials' C handle (nil for
+// plaintext), wrapping the handle it writes in a Connection to target. Errors are Connect's.
+func newConnection(target string, opts []Option, make func(credentials *C.wool_credentials, channel *C.wool_channel_options, out **C.wool_connection) C.wool_status) (*Connection, error) {
 	var options connectOptions
 	for _, opt := range opts {
 		opt(&options)
 	}
-	if strings.IndexByte(target, 0) >= 0 {
-		return nil, invalidArgument("connect", target, "the target contains a NUL byte")
-	}
-	var channel *C.wool_channel_options // nil: Wool's defaults, through plain wool_connect
+	var channel *C.wool_channel_options // nil: Wool's defaults
 	if len(options.channel) > 0 {
 		if err := call("connect", target, func() C.wool_status {
 			return C.wool_channel_options_new(&channel)
@@ -90,15 +106,10 @@ func Connect(target string, opts ...Option) (*Connection, error) {
 			}
 		}
 	}
-	cTarget := C.CString(target)
-	defer C.free(unsafe.Pointer(cTarget))
 	var ptr *C.wool_connection
 	connect := func(credentials *C.wool_credentials) error {
 		return call("connect", target, func() C.wool_status {
-			if channel == nil {
-				return C.wool_connect(cTarget, credentials, &ptr)
-			}
-			return C.wool_connect_with_options(cTarget, credentials, channel, &ptr)
+			return make(credentials, channel, &ptr)
 		})
 	}
 	var err error
@@ -176,8 +187,9 @@ func (c *Connection) Stop(ctx context.Context, grace time.Duration) error {
 // Close releases the Connection's handle (its share of the pooled channel); the worker is not
 // affected. Later calls fail with ErrClosed. Calls in flight are not interrupted: the library
 // keeps what they need, and they complete (or fail, or end with their context) as they would
-// have. Close waits only for calls that are starting at that moment, is idempotent, and
-// always returns nil.
+// have; a RetireIdle round using the Connection keeps the handle until the round returns, and
+// the handle is released then. Close waits only for calls that are starting at that moment,
+// is idempotent, and always returns nil.
 func (c *Connection) Close() error {
 	c.handle.close()
 	c.cleanup.Stop() // a no-op when already stopped
@@ -189,20 +201,51 @@ func (c *Connection) Close() error {
 func (h *connHandle) use(f func(*C.wool_connection) error) error {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	if h.ptr == nil {
+	if h.ptr == nil || h.closing {
 		return ErrClosed
 	}
 	return f(h.ptr)
 }
 
 // close frees the C handle unless already freed. Idempotent: Close and the cleanup may both
-// run it. Calls started on the handle may still be in flight: the library allows that.
+// run it. Calls started on the handle may still be in flight: the library allows that. While
+// a blocking fleet call (RetireIdle) has the handle borrowed, the free waits for its return.
 func (h *connHandle) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ptr != nil {
+	if h.ptr == nil {
+		return
+	}
+	if h.borrowed > 0 {
+		h.closing = true // later calls see ErrClosed; giveBack frees it
+		return
+	}
+	C.wool_free(h.ptr)
+	h.ptr = nil
+}
+
+// borrow returns the C handle for a blocking call that needs it live until it returns (the
+// library reads its handles during the whole of wool_retire_idle), or nil once closed. Every
+// non-nil borrow must be followed by one giveBack.
+func (h *connHandle) borrow() *C.wool_connection {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ptr == nil || h.closing {
+		return nil
+	}
+	h.borrowed++
+	return h.ptr
+}
+
+// giveBack ends a borrow; the last one frees a handle closed meanwhile.
+func (h *connHandle) giveBack() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.borrowed--
+	if h.borrowed == 0 && h.closing {
 		C.wool_free(h.ptr)
 		h.ptr = nil
+		h.closing = false
 	}
 }
 

@@ -94,9 +94,12 @@ var kinds = map[Status]error{
 // same kind). Match its kind with errors.Is(err, ErrTransient) and so on; use errors.As to
 // read the details.
 type Error struct {
-	// Op is the operation: "connect", "idle", "stop" or "credentials".
+	// Op is the operation: "connect", "idle", "stop", "credentials", or for the fleet calls
+	// "discover", "watch", "watch next" and "retire".
 	Op string
-	// Target is the worker's target as given to Connect; empty for credentials.
+	// Target is the worker's target as given to Connect (a discovered worker's address for
+	// ConnectWorker); empty for credentials, discovery, watches and a retire round's own
+	// failure.
 	Target string
 	// Status is the library's status; Status.String() gives its C name.
 	Status Status

@@ -126,16 +126,14 @@ enum Command {
 
 /// Which workers: a discovered pool or a list of targets.
 #[derive(Args)]
-#[group(required = true, multiple = false)]
 struct Fleet {
     /// The pool's discovery namespace.
-    #[arg(long, group = "which")]
+    #[arg(long, conflicts_with = "addresses", required_unless_present = "addresses")]
     namespace: Option<String>,
     /// With --namespace: browse DNS-SD over multicast DNS.
     #[arg(long, requires = "namespace")]
     lan: bool,
-    /// Worker targets.
-    #[arg(group = "which")]
+    /// Worker targets (instead of --namespace).
     addresses: Vec<String>,
 }
 
@@ -214,17 +212,21 @@ impl Context {
         })
     }
 
-    fn members_of_targets(&self, targets: &[String]) -> Vec<Member> {
+    /// Connections to the targets named on the command line; a malformed one is a usage error.
+    fn members_of_targets(&self, targets: &[String]) -> Result<Vec<Member>, Failure> {
         targets
             .iter()
-            .map(|target| Member {
-                target: target.clone(),
-                discovered: None,
-                connection: WorkerConnection::with_options(
+            .map(|target| {
+                let connection = WorkerConnection::with_options(
                     target,
                     self.credentials.clone(),
                     self.options.clone(),
-                ),
+                )?;
+                Ok(Member {
+                    target: target.clone(),
+                    discovered: None,
+                    connection: Ok(connection),
+                })
             })
             .collect()
     }
@@ -250,7 +252,8 @@ impl Context {
     fn members(&self, fleet: &Fleet) -> Result<Vec<Member>, Failure> {
         match &fleet.namespace {
             Some(namespace) => self.members_of_pool(&discovery(namespace, fleet.lan, None)?),
-            None => Ok(self.members_of_targets(&fleet.addresses)),
+            None if fleet.lan => Err(Failure::Usage("--lan needs --namespace".into())),
+            None => self.members_of_targets(&fleet.addresses),
         }
     }
 
@@ -459,7 +462,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     let context = Context::new(&cli.global)?;
     let all_ok = match cli.command {
         Command::Idle { addresses } => {
-            let members = context.members_of_targets(&addresses);
+            let members = context.members_of_targets(&addresses)?;
             let outcomes = sweep_members(&context, &members).await;
             print_idle(&context, &members, &outcomes)
         }
@@ -469,7 +472,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             print_idle(&context, &members, &outcomes)
         }
         Command::Stop { grace, addresses } => {
-            let members = context.members_of_targets(&addresses);
+            let members = context.members_of_targets(&addresses)?;
             let timeout = context.stop_timeout(grace);
             let stops = futures_util::future::join_all(members.iter().map(|member| async move {
                 match &member.connection {

@@ -1,6 +1,8 @@
 //! Shared test fixtures: throwaway PKI (rcgen) and real `wool-worker` processes.
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
