@@ -24,24 +24,8 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The Python of the pinned venv for `version`, creating the venvs on first use
-/// (`scripts/setup-venvs.sh`: pip installs from PyPI, once; later runs find them ready).
 fn python(version: &str) -> PathBuf {
-    static SETUP: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    let python = repo().join(format!("target/venvs/wool-{version}/bin/python"));
-    SETUP.get_or_init(|| {
-        let output = Command::new(repo().join("scripts/setup-venvs.sh"))
-            .stdin(Stdio::null())
-            .output()
-            .expect("scripts/setup-venvs.sh runs");
-        assert!(
-            output.status.success(),
-            "scripts/setup-venvs.sh failed (it needs python3 >= 3.11 and PyPI):\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    });
-    assert!(python.exists(), "{} is missing", python.display());
-    python
+    common::wool_python(version)
 }
 
 fn script(name: &str) -> PathBuf {

@@ -347,3 +347,131 @@ pub fn library_dir() -> PathBuf {
     }
     panic!("no libwool.so next to {}", exe.display());
 }
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The Python of the pinned Wool venv for `version`, creating the venvs on first use
+/// (`scripts/setup-venvs.sh`: pip installs from PyPI, once; later runs find them ready).
+pub fn wool_python(version: &str) -> PathBuf {
+    static SETUP: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    let python = repo().join(format!("target/venvs/wool-{version}/bin/python"));
+    SETUP.get_or_init(|| {
+        let output = Command::new(repo().join("scripts/setup-venvs.sh"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("scripts/setup-venvs.sh runs");
+        assert!(
+            output.status.success(),
+            "scripts/setup-venvs.sh failed (it needs python3 >= 3.11 and PyPI):\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    });
+    assert!(python.exists(), "{} is missing", python.display());
+    python
+}
+
+/// A namespace no other test (or run) uses.
+pub fn unique_namespace(what: &str) -> String {
+    format!("{what}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A real Wool `WorkerPool` published under a discovery namespace (`tests/interop/wool_pool.py
+/// pool`), started and ready; SIGTERM and reaped on drop.
+pub struct WoolPool {
+    pub child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl WoolPool {
+    /// `WorkerPool(spawn=spawn, discovery=LocalDiscovery(namespace))`, `extra` passed on
+    /// (e.g. `--busy 30`); `netns` runs it inside that network namespace.
+    pub fn start(namespace: &str, spawn: usize, extra: &[&str], netns: Option<&str>) -> Self {
+        let mut command = match netns {
+            Some(ns) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", ns]).arg(wool_python("0.15.7"));
+                command
+            }
+            None => Command::new(wool_python("0.15.7")),
+        };
+        let mut child = command
+            .arg(repo().join("tests/interop/wool_pool.py"))
+            .args(["pool", namespace, "--spawn", &spawn.to_string()])
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the Wool pool script starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut pool = Self { child, lines };
+        pool.expect_line("ready", Duration::from_secs(60));
+        pool
+    }
+
+    /// Waits for the pool to print `want` (a prefix); panics with what it printed otherwise.
+    pub fn expect_line(&mut self, want: &str, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        let mut seen = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(want) => return line,
+                Ok(line) => seen.push(line),
+                Err(_) => break,
+            }
+        }
+        panic!("the Wool pool never printed {want:?}; it printed {seen:?}");
+    }
+
+    /// Wool's own subscriber's listing of `namespace` (`wool_pool.py subscribe`), as JSON.
+    pub fn wool_listing(namespace: &str, extra: &[&str], netns: Option<&str>) -> Vec<serde_json::Value> {
+        let mut command = match netns {
+            Some(ns) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", ns]).arg(wool_python("0.15.7"));
+                command
+            }
+            None => Command::new(wool_python("0.15.7")),
+        };
+        let output = command
+            .arg(repo().join("tests/interop/wool_pool.py"))
+            .args(["subscribe", namespace])
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .expect("the Wool subscriber runs");
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(text.trim_end().ends_with("done"), "Wool's subscriber: {text}");
+        text.lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for WoolPool {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -306,6 +306,43 @@ _CHANNEL_OPTIONS = {
 }
 
 
+def _channel_options(given: Mapping[str, object]) -> dict[str, object]:
+    """The channel options given (not None), converted for C, in the order they are applied."""
+    return {
+        name: convert(given[name], name)
+        for name, convert in _CHANNEL_OPTIONS.items()
+        if given.get(name) is not None
+    }
+
+
+def _make_handle(credentials, options: dict, connect) -> tuple[Library, _ffi.ConnectionPtr]:
+    """Make a connection handle: `connect(library, c_credentials, c_options, out)` runs the
+    library's connect call with the credentials' handle (None for plaintext) and the channel
+    options (None when none were given: Wool's defaults). Returns the library and the handle;
+    raises as `_check`."""
+    if credentials is not None and not isinstance(credentials, WorkerCredentials):
+        raise TypeError(
+            f"credentials must be WorkerCredentials or None, not {type(credentials).__name__}"
+        )
+    # Handles must be used with the library that made them.
+    library = credentials._library if credentials is not None else _ffi.default()
+    c_credentials = credentials._handle if credentials is not None else None
+    handle = _ffi.ConnectionPtr()
+    if not options:
+        _check(library, connect(library, c_credentials, None, ctypes.byref(handle)))
+        return library, handle
+    c_options = _ffi.ChannelOptionsPtr()
+    _check(library, library.wool_channel_options_new(ctypes.byref(c_options)))
+    try:
+        for name, value in options.items():
+            setter = getattr(library, f"wool_channel_options_set_{name}")
+            _check(library, setter(c_options, value))
+        _check(library, connect(library, c_credentials, c_options, ctypes.byref(handle)))
+    finally:
+        library.wool_channel_options_free(c_options)  # the connection has a copy
+    return library, handle
+
+
 # ---------------------------------------------------------------- credentials
 
 
@@ -510,39 +547,26 @@ class WorkerConnection:
             "connect_timeout": connect_timeout,
         }
         # Every conversion before anything is allocated: a TypeError leaks nothing.
-        options = {
-            name: convert(given[name], name)
-            for name, convert in _CHANNEL_OPTIONS.items()
-            if given[name] is not None
-        }
+        options = _channel_options(given)
         c_target = _c_text(target, "target")
-        # Handles must be used with the library that made them.
-        library = credentials._library if credentials is not None else _ffi.default()
-        c_credentials = credentials._handle if credentials is not None else None
-        handle = _ffi.ConnectionPtr()
-        if not options:
-            _check(library, library.wool_connect(c_target, c_credentials, ctypes.byref(handle)))
-        else:
-            c_options = _ffi.ChannelOptionsPtr()
-            _check(library, library.wool_channel_options_new(ctypes.byref(c_options)))
-            try:
-                for name, value in options.items():
-                    setter = getattr(library, f"wool_channel_options_set_{name}")
-                    _check(library, setter(c_options, value))
-                _check(
-                    library,
-                    library.wool_connect_with_options(
-                        c_target, c_credentials, c_options, ctypes.byref(handle)
-                    ),
-                )
-            finally:
-                library.wool_channel_options_free(c_options)  # the connection has a copy
+
+        def connect(library, c_credentials, c_options, out):
+            if c_options is None:
+                return library.wool_connect(c_target, c_credentials, out)
+            return library.wool_connect_with_options(c_target, c_credentials, c_options, out)
+
+        library, handle = _make_handle(credentials, options, connect)
+        self._adopt(library, handle, target, credentials is not None, options)
+
+    def _adopt(self, library: Library, handle, target: str, secure: bool,
+               options: dict) -> None:
+        """Internal: become the connection owning `handle`, made by `library`."""
         self._library = library
         self._lock = threading.Lock()
         self._calls = 0  # calls in flight: the handle is freed only when none is
         self._closed = False
         self.target = target
-        self.secure = credentials is not None
+        self.secure = secure
         #: The channel options given (as passed to libwool); the others are Wool's defaults.
         self.channel_options: Mapping[str, object] = types.MappingProxyType(options)
         self._handle = handle

@@ -63,10 +63,76 @@ class wool_completion(ctypes.Structure):
     ]
 
 
+class wool_worker_list(ctypes.Structure):
+    """Opaque `wool_worker_list` (a listing from wool_discover); only pointers to it exist."""
+
+
+class wool_watch(ctypes.Structure):
+    """Opaque `wool_watch` (a running watch over a pool); only pointers to it exist."""
+
+
+class wool_worker_info(ctypes.Structure):
+    """`wool_worker_info`: one discovered worker (Wool's WorkerMetadata); every string is
+    NUL-terminated UTF-8 owned by the list or watch it came from."""
+
+    _fields_ = [
+        ("uid", ctypes.c_char_p),
+        ("address", ctypes.c_char_p),
+        ("pid", ctypes.c_int32),
+        ("version", ctypes.c_char_p),
+        ("tags_json", ctypes.c_char_p),
+        ("extra_json", ctypes.c_char_p),
+        ("secure", ctypes.c_bool),
+        ("identity", ctypes.c_char_p),
+    ]
+
+
+class wool_retire_policy(ctypes.Structure):
+    """`wool_retire_policy`: the policy of one wool_retire_idle round."""
+
+    _fields_ = [
+        ("idle_threshold", ctypes.c_double),
+        ("grace", ctypes.c_double),
+        ("stop_timeout", ctypes.c_double),
+        ("keep_min", ctypes.c_size_t),
+        ("max_stops", ctypes.c_size_t),
+        ("dry_run", ctypes.c_bool),
+    ]
+
+
+class wool_retire_decision(ctypes.Structure):
+    """`wool_retire_decision`: what wool_retire_idle decided for one worker."""
+
+    _fields_ = [
+        ("reason", ctypes.c_int),
+        ("retire", ctypes.c_bool),
+        ("poll_status", ctypes.c_int),  # wool_status
+        ("poll_rpc_code", ctypes.c_int32),
+        ("idle_seconds", ctypes.c_double),
+        ("stopped", ctypes.c_bool),
+        ("stop_status", ctypes.c_int),  # wool_status
+        ("stop_rpc_code", ctypes.c_int32),
+    ]
+
+
+# WOOL_DISCOVERY_*: backends of wool_discover / wool_watch_new, and wool_watch_next's kinds.
+DISCOVERY_LOCAL = 0
+DISCOVERY_LAN = 1
+DISCOVERY_EVENT_NONE = 0
+DISCOVERY_EVENT_ADDED = 1
+DISCOVERY_EVENT_UPDATED = 2
+DISCOVERY_EVENT_DROPPED = 3
+
+#: SIZE_MAX: wool_retire_policy.max_stops for no limit.
+SIZE_MAX = 2 ** (8 * ctypes.sizeof(ctypes.c_size_t)) - 1
+
 ConnectionPtr = ctypes.POINTER(wool_connection)
 QueuePtr = ctypes.POINTER(wool_queue)
 CredentialsPtr = ctypes.POINTER(wool_credentials)
 ChannelOptionsPtr = ctypes.POINTER(wool_channel_options)
+WorkerListPtr = ctypes.POINTER(wool_worker_list)
+WatchPtr = ctypes.POINTER(wool_watch)
+WorkerInfoPtr = ctypes.POINTER(wool_worker_info)
 
 _c_double_p = ctypes.POINTER(ctypes.c_double)
 _wool_status = ctypes.c_int  # a C enum: int-sized
@@ -157,6 +223,40 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
             _c_double_p,  # out_seconds
             ctypes.POINTER(_wool_status),  # out_statuses
             ctypes.POINTER(ctypes.c_int32),  # out_codes
+        ],
+    ),
+    # The fleet calls: discovery, watches, handles to discovered workers, retire rounds.
+    "wool_discover": (
+        _wool_status,
+        [ctypes.c_char_p, ctypes.c_int, ctypes.c_double, ctypes.POINTER(WorkerListPtr)],
+    ),
+    "wool_worker_list_count": (ctypes.c_size_t, [WorkerListPtr]),
+    "wool_worker_list_get": (WorkerInfoPtr, [WorkerListPtr, ctypes.c_size_t]),
+    "wool_worker_list_free": (None, [WorkerListPtr]),
+    "wool_connect_worker": (
+        _wool_status,
+        [WorkerInfoPtr, CredentialsPtr, ChannelOptionsPtr, ctypes.POINTER(ConnectionPtr)],
+    ),
+    "wool_watch_new": (
+        _wool_status,
+        [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(WatchPtr)],
+    ),
+    "wool_watch_next": (
+        _wool_status,
+        [WatchPtr, ctypes.c_double, ctypes.POINTER(ctypes.c_int),
+         ctypes.POINTER(WorkerInfoPtr)],
+    ),
+    "wool_watch_free": (None, [WatchPtr]),
+    "wool_retire_reason_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "wool_retire_idle": (
+        _wool_status,
+        [
+            ctypes.POINTER(ConnectionPtr),  # conns
+            ctypes.c_size_t,  # count
+            ctypes.POINTER(wool_retire_policy),  # policy
+            ctypes.c_double,  # poll_timeout_seconds
+            ctypes.c_size_t,  # max_in_flight
+            ctypes.POINTER(wool_retire_decision),  # out
         ],
     ),
     "wool_queue_new": (_wool_status, [ctypes.POINTER(QueuePtr)]),

@@ -317,6 +317,85 @@ mod tests {
         assert!(decode_record(&record).unwrap_err().contains("not a UUID"));
     }
 
+    /// A writer into a shared buffer, to read the log lines a scan emits.
+    #[derive(Clone, Default)]
+    struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Log {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn record(metadata: &WorkerMetadata) -> Vec<u8> {
+        let body = metadata.encode_to_vec();
+        let mut record = (body.len() as u32).to_ne_bytes().to_vec();
+        record.extend(body);
+        record.resize(1024, 0);
+        record
+    }
+
+    /// Given a registry (in Wool's format, in a scratch directory standing for /dev/shm) whose
+    /// slots name a good record, a missing one, a half-written one, one naming another worker
+    /// and one of garbage, when it is listed, then only the good worker is listed and each bad
+    /// slot is skipped with a log line.
+    #[test]
+    fn half_written_missing_and_foreign_records_are_skipped_with_a_log_line() {
+        let shm = tempfile::tempdir().unwrap();
+        let discovery = LocalDiscovery {
+            shm_dir: shm.path().to_path_buf(),
+            ..LocalDiscovery::new("scratch").unwrap()
+        };
+        let uids: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
+        let mut registry = vec![0u8; 16 + 8 * 16];
+        registry[..4].copy_from_slice(HEADER_MAGIC);
+        registry[4..8].copy_from_slice(&8u32.to_le_bytes());
+        for (i, uid) in uids.iter().enumerate() {
+            registry[16 + 16 * (i + 1)..][..16].copy_from_slice(uid.as_bytes());
+        }
+        std::fs::write(shm.path().join(short_hash("scratch")), &registry).unwrap();
+        let segment = |uid: &Uuid| shm.path().join(short_hash(&uid.simple().to_string()));
+        let good = WorkerMetadata {
+            uid: uids[0].to_string(),
+            address: "127.0.0.1:4000".into(),
+            pid: 42,
+            version: "0.15.7".into(),
+            tags: vec!["gpu".into()],
+            identity: "worker-0".into(),
+            secure: true,
+            ..WorkerMetadata::default()
+        };
+        std::fs::write(segment(&uids[0]), record(&good)).unwrap();
+        // uids[1]: no record segment at all.
+        let mut half = record(&good);
+        half.truncate(10);
+        std::fs::write(segment(&uids[2]), half).unwrap();
+        std::fs::write(segment(&uids[3]), record(&good)).unwrap(); // names uids[0]
+        std::fs::write(segment(&uids[4]), [3, 0, 0, 0, 0xff, 0xff, 0xff]).unwrap();
+        let log = Log::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let listed = tracing::subscriber::with_default(subscriber, || discovery.list().unwrap());
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        let worker = &listed[0];
+        assert_eq!(worker.uid, uids[0]);
+        assert_eq!(worker.address, "127.0.0.1:4000");
+        assert_eq!(worker.identity.as_deref(), Some("worker-0"));
+        assert!(worker.secure && worker.tags.contains("gpu"));
+        let log = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(log.matches("skipping a registry record").count(), 4, "{log}");
+        for why in ["missing", "half-written", "another worker", "WorkerMetadata"] {
+            assert!(log.contains(why), "no line about {why}: {log}");
+        }
+    }
+
     #[test]
     fn namespaces_wool_could_not_have_made_are_refused() {
         for bad in ["", "a/b", "a\0b"] {
