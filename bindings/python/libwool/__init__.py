@@ -60,18 +60,28 @@ from ._ffi import Library, LibraryNotFound, load
 
 __all__ = [
     "Cancelled",
+    "DiscoveredWorker",
+    "DiscoveryEvent",
     "HandshakeError",
     "IdleUnavailable",
     "Library",
     "LibraryNotFound",
     "LibraryPanic",
+    "RetireDecision",
+    "RetirePolicy",
     "RpcError",
     "TransientRpcError",
+    "Watch",
     "WoolError",
     "WorkerConnection",
     "WorkerCredentials",
+    "connect_worker",
+    "discover",
     "load",
+    "retire_idle",
+    "sweep",
     "version",
+    "watch",
 ]
 
 # gRPC status code names, by number (the gRPC specification's fixed table).
@@ -700,3 +710,18 @@ if hasattr(os, "register_at_fork"):
 def version() -> str:
     """The loaded libwool's version, e.g. ``"0.1.0"`` (loading it the default way if needed)."""
     return _ffi.default().version
+
+
+# The fleet calls (libwool.fleet), importable from here too. Last: fleet imports from above.
+from .fleet import (  # noqa: E402
+    DiscoveredWorker,
+    DiscoveryEvent,
+    RetireDecision,
+    RetirePolicy,
+    Watch,
+    connect_worker,
+    discover,
+    retire_idle,
+    sweep,
+    watch,
+)

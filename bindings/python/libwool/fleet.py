@@ -1,0 +1,524 @@
+"""Fleet calls of libwool: find a pool's workers, follow them, poll and retire many at once.
+
+    from libwool import fleet
+
+    workers = fleet.discover("batch")                    # Wool's LocalDiscovery("batch")
+    connections = [fleet.connect_worker(w) for w in workers]
+    readings = fleet.sweep(connections, timeout=5.0)     # floats or exceptions, in order
+    policy = fleet.RetirePolicy(idle_threshold=300.0)    # grace 30 s, stop timeout 60 s
+    for worker, decision in zip(workers, fleet.retire_idle(connections, policy)):
+        print(worker.address, decision.reason, decision.stopped)
+
+    with fleet.watch("batch") as events:                 # joins, changes and leaves
+        for event in events:
+            print(event.type, event.worker.address)
+
+Thin wrappers of the C API's fleet calls (``wool_discover``, ``wool_watch_*``,
+``wool_connect_worker``, ``wool_idle_many``, ``wool_retire_idle``): every decision is
+libwool's, this module only converts arguments and results. Failures are the classes of
+`libwool` (a bad argument is `ValueError`, a worker's failure `TransientRpcError` and the
+others). The calls block their thread (not others: ctypes releases the GIL).
+
+The LAN backend (``lan=True``, Wool's ``LanDiscovery``: DNS-SD over multicast DNS) is the
+same calls; the local one (the default, Wool's ``LocalDiscovery``) reads the shared-memory
+registry a Wool pool publishes on this host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import math
+import numbers
+import threading
+import time
+import types
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Union
+
+from . import _ffi
+from . import (
+    WorkerConnection,
+    WorkerCredentials,
+    _c_seconds,
+    _c_text,
+    _channel_options,
+    _check,
+    _error,
+    _make_handle,
+)
+from ._ffi import Library
+
+__all__ = [
+    "DiscoveredWorker",
+    "DiscoveryEvent",
+    "RetireDecision",
+    "RetirePolicy",
+    "Watch",
+    "connect_worker",
+    "discover",
+    "retire_idle",
+    "sweep",
+    "watch",
+]
+
+
+# ---------------------------------------------------------------- discovery
+
+
+@dataclass(frozen=True)
+class DiscoveredWorker:
+    """One worker of a pool as its discovery record publishes it (Wool's ``WorkerMetadata``,
+    libwool's ``wool_worker_info``). Pass it to `connect_worker` to reach it."""
+
+    #: The worker's UUID, hyphenated.
+    uid: str
+    #: Where it listens, ``"host:port"``: a target for `libwool.WorkerConnection`.
+    address: str
+    #: Its process id on its host.
+    pid: int = 0
+    #: The Wool version it runs.
+    version: str = ""
+    #: Its tags, sorted.
+    tags: tuple[str, ...] = ()
+    #: Its extra metadata (read-only).
+    extra: Mapping[str, str] = field(default_factory=lambda: types.MappingProxyType({}),
+                                     hash=False)
+    #: Whether it serves TLS (`connect_worker` then needs credentials).
+    secure: bool = False
+    #: The name its certificate is issued for; None when it advertises none.
+    identity: str | None = None
+
+    @classmethod
+    def _from_c(cls, info: _ffi.wool_worker_info) -> DiscoveredWorker:
+        def text(value: bytes | None) -> str:
+            return (value or b"").decode("utf-8")
+
+        return cls(
+            uid=text(info.uid),
+            address=text(info.address),
+            pid=int(info.pid),
+            version=text(info.version),
+            tags=tuple(json.loads(text(info.tags_json) or "[]")),
+            extra=types.MappingProxyType(dict(json.loads(text(info.extra_json) or "{}"))),
+            secure=bool(info.secure),
+            identity=text(info.identity) or None,
+        )
+
+
+def _backend(lan: bool) -> int:
+    if not isinstance(lan, bool):
+        raise TypeError(f"lan must be True or False, not {type(lan).__name__}")
+    return _ffi.DISCOVERY_LAN if lan else _ffi.DISCOVERY_LOCAL
+
+
+def discover(namespace: str, *, lan: bool = False, listen: float | None = None,
+             ) -> list[DiscoveredWorker]:
+    """The workers of the pool published under `namespace`, sorted by address, as
+    ``wool_discover``: the shared-memory registry on this host (a namespace no pool uses
+    lists as empty), or with ``lan=True`` DNS-SD answers gathered for `listen` seconds.
+    Records that cannot be read (half-written, foreign) are skipped. Blocks the thread.
+
+    :param namespace: the pool's namespace, as given to Wool's ``LocalDiscovery`` /
+        ``LanDiscovery``.
+    :param lan: False = the local registry (`listen` ignored); True = multicast DNS.
+    :param listen: seconds to gather LAN answers; None = libwool's default (1.5 s).
+    :raises ValueError: an empty namespace, one with a NUL (or, locally, a ``/``), a
+        negative, NaN or infinite `listen` (libwool's message).
+    :raises TransientRpcError: the registry cannot be read, or multicast DNS cannot start.
+    :raises TypeError: a namespace that is not str, `lan` not a bool, `listen` not a number.
+    """
+    backend = _backend(lan)
+    c_namespace = _c_text(_check_type(namespace, str, "namespace"), "namespace")
+    seconds = _c_seconds(listen, "listen", none_means=0.0)
+    library = _ffi.default()
+    listing = _ffi.WorkerListPtr()
+    _check(library, library.wool_discover(c_namespace, backend, seconds, ctypes.byref(listing)))
+    try:
+        return [
+            DiscoveredWorker._from_c(library.wool_worker_list_get(listing, i).contents)
+            for i in range(library.wool_worker_list_count(listing))
+        ]
+    finally:
+        library.wool_worker_list_free(listing)
+
+
+def connect_worker(worker: DiscoveredWorker, credentials: WorkerCredentials | None = None,
+                   **options) -> WorkerConnection:
+    """A `libwool.WorkerConnection` to a discovered worker, as ``wool_connect_worker`` and
+    Wool's pool reach one: over TLS with `credentials` when ``worker.secure`` (the worker's
+    certificate verified against ``worker.identity`` when set, else the credentials'
+    identity or the address), plaintext otherwise (`credentials` unused). Only ``address``,
+    ``secure`` and ``identity`` are read, so a hand-made `DiscoveredWorker` works too. No I/O.
+
+    :param options: the channel options of `libwool.WorkerConnection` (keyword arguments:
+        ``keepalive_interval``, ``connect_timeout``, ...).
+    :raises ValueError: an address that is not a target, an identity that is neither a DNS
+        name nor an IP address, a secure worker without credentials, a refused channel
+        option (libwool's message), or a NUL in a text.
+    :raises TypeError: `worker` not a `DiscoveredWorker`, `credentials` not
+        `WorkerCredentials`, an unknown or mistyped channel option.
+    """
+    _check_type(worker, DiscoveredWorker, "worker")
+    unknown = set(options) - set(_channel_option_names())
+    if unknown:
+        raise TypeError(f"connect_worker() got unexpected keyword arguments: {sorted(unknown)}")
+    converted = _channel_options(options)
+    address = _c_text(_check_type(worker.address, str, "worker.address"), "worker.address")
+    identity = _c_text(worker.identity or "", "worker.identity")
+    info = _ffi.wool_worker_info(address=address, identity=identity,
+                                 secure=bool(worker.secure))
+
+    def connect(library, c_credentials, c_options, out):
+        return library.wool_connect_worker(ctypes.byref(info), c_credentials, c_options, out)
+
+    library, handle = _make_handle(credentials, converted, connect)
+    conn = WorkerConnection.__new__(WorkerConnection)
+    conn._adopt(library, handle, worker.address, bool(worker.secure), converted)
+    return conn
+
+
+def _channel_option_names() -> Iterable[str]:
+    from . import _CHANNEL_OPTIONS
+
+    return _CHANNEL_OPTIONS.keys()
+
+
+# ---------------------------------------------------------------- watches
+
+_EVENT_TYPES = {
+    _ffi.DISCOVERY_EVENT_ADDED: "worker-added",
+    _ffi.DISCOVERY_EVENT_UPDATED: "worker-updated",
+    _ffi.DISCOVERY_EVENT_DROPPED: "worker-dropped",
+}
+
+#: The longest one ``wool_watch_next`` waits, so that Ctrl-C and `Watch.close` are noticed.
+_WATCH_SLICE = 0.1
+
+
+@dataclass(frozen=True)
+class DiscoveryEvent:
+    """One change in a watched pool, named as Wool's ``DiscoveryEvent.type``."""
+
+    #: ``"worker-added"`` (also for each worker present when the watch started),
+    #: ``"worker-updated"`` (its metadata changed) or ``"worker-dropped"`` (it left; `worker`
+    #: is its last known metadata).
+    type: str
+    #: The worker.
+    worker: DiscoveredWorker
+
+
+class Watch:
+    """A running watch over a pool (``wool_watch``): a library thread follows the pool and
+    queues its events until `next` takes them. Iterate over it for events until it is
+    closed; use it as a context manager, or call `close`. Thread-safe: each event goes to one
+    caller."""
+
+    _handle = None  # so that __del__ is safe when __init__ failed early
+
+    def __init__(self, namespace: str, *, lan: bool = False):
+        """As `watch`."""
+        backend = _backend(lan)
+        c_namespace = _c_text(_check_type(namespace, str, "namespace"), "namespace")
+        library = _ffi.default()
+        handle = _ffi.WatchPtr()
+        _check(library, library.wool_watch_new(c_namespace, backend, ctypes.byref(handle)))
+        self._library = library
+        self._lock = threading.Lock()  # held around wool_watch_next; close frees under it
+        self._closed = False
+        #: The namespace watched.
+        self.namespace = namespace
+        #: Whether it browses the LAN (multicast DNS) rather than this host's registry.
+        self.lan = lan
+        self._handle = handle
+
+    def next(self, timeout: float | None = None) -> DiscoveryEvent | None:
+        """The next event, waiting up to `timeout` seconds (None = until one comes); None
+        when nothing happened in time. Waits in libwool (``wool_watch_next``) in slices of at
+        most 0.1 s, so Ctrl-C and `close` from another thread are noticed between them.
+
+        :raises ValueError: a negative or NaN timeout (libwool's message), or the watch is
+            closed.
+        """
+        seconds = _c_seconds(timeout, "timeout", none_means=math.inf)
+        if not seconds >= 0:  # negative or NaN: libwool refuses it with its message
+            return self._next_within(seconds)
+        end = time.monotonic() + seconds
+        while True:
+            left = end - time.monotonic()
+            chunk = max(0.0, min(_WATCH_SLICE, left))
+            started = time.monotonic()
+            event = self._next_within(chunk)
+            if event is not None or left <= _WATCH_SLICE:
+                return event
+            # libwool also answers "nothing" at once when its watch has ended: do not spin.
+            rest = chunk - (time.monotonic() - started)
+            if rest > 0:
+                time.sleep(rest)
+
+    def _next_within(self, seconds: float) -> DiscoveryEvent | None:
+        with self._lock:
+            if self._closed or not self._handle:
+                raise ValueError(f"operation on a closed {self!r}")
+            kind = ctypes.c_int()
+            info = _ffi.WorkerInfoPtr()
+            _check(self._library, self._library.wool_watch_next(
+                self._handle, seconds, ctypes.byref(kind), ctypes.byref(info)))
+            if kind.value == _ffi.DISCOVERY_EVENT_NONE or not info:
+                return None
+            # The worker lives until the next wool_watch_next: copy it under the lock.
+            return DiscoveryEvent(_EVENT_TYPES[kind.value],
+                                  DiscoveredWorker._from_c(info.contents))
+
+    def __iter__(self) -> Iterator[DiscoveryEvent]:
+        """Events as they come, until the watch is closed."""
+        while True:
+            try:
+                event = self.next(timeout=_WATCH_SLICE)
+            except ValueError:
+                if self._closed:
+                    return
+                raise
+            if event is not None:
+                yield event
+
+    def close(self) -> None:
+        """Stop the watch and release it (``wool_watch_free``). A `next` waiting in another
+        thread raises `ValueError` (iteration ends) within about 0.1 s. Idempotent."""
+        self._closed = True
+        with self._lock:
+            handle, self._handle = self._handle, None
+        if handle:
+            self._library.wool_watch_free(handle)
+
+    @property
+    def closed(self) -> bool:
+        """True once `close` was called."""
+        return self._closed
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        handle = self._handle
+        if handle:
+            self._handle = None
+            warnings.warn(f"unclosed {self!r}", ResourceWarning, source=self, stacklevel=2)
+            self._library.wool_watch_free(handle)
+
+    def __repr__(self) -> str:
+        where = "LAN" if getattr(self, "lan", False) else "local"
+        state = "closed" if self._closed else "open"
+        return f"<Watch namespace={getattr(self, 'namespace', None)!r} {where} {state}>"
+
+
+def watch(namespace: str, *, lan: bool = False) -> Watch:
+    """Start watching the pool published under `namespace` (backends as `discover`), as
+    ``wool_watch_new``: the watch first reports every worker present (``"worker-added"``),
+    then each join, change and leave.
+
+    :raises ValueError: as `discover`.
+    :raises TransientRpcError: the watch cannot start.
+    """
+    return Watch(namespace, lan=lan)
+
+
+# ---------------------------------------------------------------- sweeps and retire rounds
+
+
+def _connections(connections: Iterable) -> list[WorkerConnection]:
+    from . import aio  # accepts its connections too (they wrap a blocking one)
+
+    return [aio._blocking_of(c) for c in connections]
+
+
+def _count(value: int, name: str) -> int:
+    """An int for a size_t: negative and too large ones are refused here (ctypes would wrap
+    them); every other value goes to libwool, which decides (0 included)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    value = int(value)
+    if not 0 <= value <= _ffi.SIZE_MAX:
+        raise ValueError(f"{name} must be from 0 to {_ffi.SIZE_MAX}, got {value}")
+    return value
+
+
+@contextlib.contextmanager
+def _handles(conns: list[WorkerConnection]):
+    """The live handles of `conns` for one blocking call (each kept from being freed until it
+    returns), their library, and the ValueError of each closed one (its handle None)."""
+    libraries = {id(c._library): c._library for c in conns}
+    if len(libraries) > 1:
+        raise ValueError("connections made with different libwool libraries cannot be mixed")
+    library = next(iter(libraries.values()), None) or _ffi.default()
+    array = (_ffi.ConnectionPtr * max(len(conns), 1))()
+    closed: dict[int, Exception] = {}
+    with contextlib.ExitStack() as stack:
+        for i, conn in enumerate(conns):
+            try:
+                array[i] = stack.enter_context(conn._in_flight())
+            except ValueError as e:
+                closed[i] = e  # NULL in its slot
+        yield library, array, closed
+
+
+def _slot_error(library: Library, status: int, code: int, call: str) -> Exception | None:
+    if status == _ffi.OK:
+        return None
+    return _error(library, status, f"{call}: the worker's call failed (libwool gives no "
+                                   f"message per worker)", code)
+
+
+def sweep(connections: Iterable[WorkerConnection], timeout: float | None = 5.0,
+          max_in_flight: int = 100) -> list[Union[float, Exception]]:
+    """Poll many workers' idle time at once, as ``wool_idle_many``: at most `max_in_flight`
+    polls in flight, all within one deadline of `timeout` seconds. Blocks the thread until
+    every poll has finished. Never raises for a worker: returns, in `connections` order, each
+    worker's idle seconds (a float) or the exception its `WorkerConnection.idle` would have
+    raised (`TransientRpcError`, `IdleUnavailable`, ...; the status and gRPC code are
+    libwool's, the message generic: libwool gives none per worker; `ValueError` for a closed
+    connection). A poll not started before the deadline is a `TransientRpcError` with code 4
+    DEADLINE_EXCEEDED. The same connection may appear several times; `libwool.aio`
+    connections are accepted too (`libwool.aio.idle_many` is the asyncio version).
+
+    :param timeout: the whole sweep's deadline in seconds, positive; None = none.
+    :param max_in_flight: the most polls in flight at once, at least 1.
+    :raises ValueError: a bad timeout or `max_in_flight` 0 (libwool's message), connections
+        of different loaded libraries.
+    :raises TypeError: an element that is not a connection, or a wrong argument type.
+    """
+    conns = _connections(connections)
+    seconds = _c_seconds(timeout, "timeout", none_means=math.inf)
+    most = _count(max_in_flight, "max_in_flight")
+    count = len(conns)
+    out_seconds = (ctypes.c_double * max(count, 1))()
+    out_statuses = (ctypes.c_int * max(count, 1))()
+    out_codes = (ctypes.c_int32 * max(count, 1))()
+    with _handles(conns) as (library, array, closed):
+        _check(library, library.wool_idle_many(array, count, seconds, most, out_seconds,
+                                               out_statuses, out_codes))
+    results: list = []
+    for i in range(count):
+        if i in closed:
+            results.append(closed[i])
+        elif out_statuses[i] == _ffi.OK:
+            results.append(out_seconds[i])
+        else:
+            results.append(_slot_error(library, out_statuses[i], out_codes[i], "wool_idle"))
+    return results
+
+
+@dataclass(frozen=True)
+class RetirePolicy:
+    """When `retire_idle` retires a worker, and how (libwool's ``wool_retire_policy``, the
+    Rust ``RetirePolicy``; the defaults are its defaults). libwool checks every field: a
+    refused one makes `retire_idle` raise `ValueError` naming it."""
+
+    #: Retire a worker idle at least this many seconds (finite, >= 0).
+    idle_threshold: float
+    #: Each stop's grace in seconds, as `WorkerConnection.stop`: 0 = cancel in-flight work,
+    #: positive = let it run that long, ``math.inf`` or negative = however long. Positive, a
+    #: task that reached the worker between the poll and the stop finishes.
+    grace: float = 30.0
+    #: Each stop's deadline in seconds; it must exceed a bounded grace. None = no deadline
+    #: (what an unbounded grace needs).
+    stop_timeout: float | None = 60.0
+    #: Never leave fewer than this many of the workers that answered the poll running.
+    keep_min: int = 0
+    #: The most stops in one round; None = no limit.
+    max_stops: int | None = None
+    #: Decide, but stop nothing.
+    dry_run: bool = False
+
+    def _to_c(self) -> _ffi.wool_retire_policy:
+        if not isinstance(self.dry_run, bool):
+            raise TypeError(f"dry_run must be True or False, not {type(self.dry_run).__name__}")
+        return _ffi.wool_retire_policy(
+            idle_threshold=_c_seconds(self.idle_threshold, "idle_threshold", none_means=None),
+            grace=_c_seconds(self.grace, "grace", none_means=None),
+            stop_timeout=_c_seconds(self.stop_timeout, "stop_timeout", none_means=math.inf),
+            keep_min=_count(self.keep_min, "keep_min"),
+            max_stops=(_ffi.SIZE_MAX if self.max_stops is None
+                       else _count(self.max_stops, "max_stops")),
+            dry_run=self.dry_run,
+        )
+
+
+@dataclass(frozen=True)
+class RetireDecision:
+    """What `retire_idle` decided for one worker and how its stop went (libwool's
+    ``wool_retire_decision``)."""
+
+    #: Why it was retired or kept, libwool's name (``wool_retire_reason_name``): ``"idle"``
+    #: (retired), ``"busy"``, ``"below-threshold"``, ``"minimum"``, ``"round-limit"``,
+    #: ``"idle-unavailable"``, ``"unreachable"``, ``"poll-failed"``.
+    reason: str
+    #: Whether the policy retires it (reason ``"idle"``).
+    retire: bool
+    #: The poll's reading in seconds; None when it failed.
+    idle: float | None
+    #: The exception the poll's `WorkerConnection.idle` would have raised; None on success.
+    idle_error: Exception | None
+    #: Whether a stop was made (False when kept, or in a dry run).
+    stopped: bool
+    #: The exception the stop would have raised; None when it succeeded or none was made.
+    stop_error: Exception | None
+
+
+def retire_idle(connections: Iterable[WorkerConnection], policy: RetirePolicy,
+                poll_timeout: float | None = 5.0, max_in_flight: int = 100,
+                ) -> list[RetireDecision]:
+    """One retire round, as ``wool_retire_idle``: polls every worker (as `sweep`, within
+    `poll_timeout` seconds, at most `max_in_flight` at once), decides by `policy` (the most
+    idle retired first, never leaving fewer than ``policy.keep_min`` of the workers that
+    answered, at most ``policy.max_stops``), stops the retired ones (as
+    `WorkerConnection.stop` with the policy's grace and stop timeout, at most
+    `max_in_flight` at once) unless ``policy.dry_run``, and returns one decision per
+    connection, in order. Blocks the thread until every stop has answered (after its
+    worker's drain). A closed connection is kept with reason ``"poll-failed"`` and a
+    `ValueError`.
+
+    :param poll_timeout: the poll's deadline in seconds, positive; None = none.
+    :param max_in_flight: the most calls in flight at once, at least 1.
+    :raises ValueError: a refused policy field (libwool's message names it), a bad
+        `poll_timeout`, `max_in_flight` 0, connections of different loaded libraries;
+        nothing is polled or stopped then.
+    :raises TypeError: `policy` not a `RetirePolicy`, a wrong argument type.
+    """
+    _check_type(policy, RetirePolicy, "policy")
+    conns = _connections(connections)
+    c_policy = policy._to_c()
+    seconds = _c_seconds(poll_timeout, "poll_timeout", none_means=math.inf)
+    most = _count(max_in_flight, "max_in_flight")
+    count = len(conns)
+    out = (_ffi.wool_retire_decision * max(count, 1))()
+    with _handles(conns) as (library, array, closed):
+        _check(library, library.wool_retire_idle(array, count, ctypes.byref(c_policy),
+                                                 seconds, most, out))
+    decisions = []
+    for i in range(count):
+        d = out[i]
+        idle_error = closed.get(i) or _slot_error(library, d.poll_status, d.poll_rpc_code,
+                                                  "wool_idle")
+        decisions.append(RetireDecision(
+            reason=library.wool_retire_reason_name(d.reason).decode("utf-8"),
+            retire=bool(d.retire),
+            idle=None if idle_error is not None else float(d.idle_seconds),
+            idle_error=idle_error,
+            stopped=bool(d.stopped),
+            stop_error=_slot_error(library, d.stop_status, d.stop_rpc_code, "wool_stop")
+            if d.stopped else None,
+        ))
+    return decisions
+
+
+def _check_type(value, expected: type, name: str):
+    if not isinstance(value, expected):
+        raise TypeError(f"{name} must be {expected.__name__}, not {type(value).__name__}")
+    return value

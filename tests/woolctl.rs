@@ -1,0 +1,246 @@
+//! `woolctl` as a process, as an operator runs it: against our workers and a real Wool 0.15.7
+//! pool found by namespace; output formats, exit statuses, stdout/stderr, TLS flags.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{unique_namespace, Pki, WoolPool, WorkerProcess};
+
+fn woolctl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_woolctl"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("woolctl runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Every stdout line parsed as one JSON object.
+fn json_lines(output: &Output) -> Vec<serde_json::Value> {
+    stdout(output)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?}: {e}")))
+        .collect()
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().expect("exited")
+}
+
+/// Given two live workers and an address with nothing behind it, when `woolctl idle` polls
+/// them, then each gets a table row (or a JSON line, in order), and the exit status is 1; with
+/// the live ones only, 0.
+#[test]
+fn idle_prints_each_worker_and_exits_1_when_any_failed() {
+    let a = WorkerProcess::plaintext();
+    let b = WorkerProcess::plaintext();
+    let dead = common::unused_local_address();
+    let table = woolctl(&["idle", &a.address, &b.address, &dead]);
+    assert_eq!(code(&table), 1, "{}", stderr(&table));
+    let text = stdout(&table);
+    assert!(text.lines().next().unwrap().starts_with("TARGET"), "{text}");
+    assert!(text.contains(&a.address) && text.contains(&dead), "{text}");
+    assert!(text.contains("transient"), "{text}");
+    let json = woolctl(&["idle", "--output", "json", &a.address, &dead, &b.address]);
+    let lines = json_lines(&json);
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0]["target"], a.address.as_str());
+    assert_eq!(lines[0]["ok"], true);
+    assert!(lines[0]["idle_seconds"].as_f64().unwrap() >= 0.0);
+    assert_eq!(lines[1]["ok"], false);
+    assert_eq!(lines[1]["error"]["kind"], "transient");
+    assert_eq!(lines[1]["error"]["code"], 14);
+    assert_eq!(lines[2]["target"], b.address.as_str());
+    let ok = woolctl(&["idle", "--output", "json", &a.address, &b.address]);
+    assert_eq!(code(&ok), 0, "{}", stderr(&ok));
+    assert!(stderr(&ok).is_empty(), "{}", stderr(&ok));
+}
+
+/// Given a worker, when `woolctl stop --grace 0` stops it, then it reports "stopped", exits 0,
+/// and the worker process exits 0.
+#[test]
+fn stop_retires_the_worker() {
+    let mut worker = WorkerProcess::plaintext();
+    let output = woolctl(&["stop", "--grace", "0", &worker.address]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(stdout(&output).contains("stopped"), "{}", stdout(&output));
+    assert_eq!(worker.wait_exit(Duration::from_secs(10)), Some(0));
+    let again = woolctl(&["stop", "--output", "json", &worker.address]);
+    assert_eq!(code(&again), 1);
+    assert_eq!(json_lines(&again)[0]["error"]["kind"], "transient");
+}
+
+/// Usage errors exit 2 with a message on stderr and nothing on stdout.
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        &[][..],
+        &["idle"][..],
+        &["idle", "not a target"][..],
+        &["reap", "127.0.0.1:1"][..],
+        &["reap", "--idle-over", "soon", "127.0.0.1:1"][..],
+        &["sweep"][..],
+        &["sweep", "--namespace", "x", "127.0.0.1:1"][..],
+        &["sweep", "--lan", "127.0.0.1:1"][..],
+        &["stop", "--grace", "nan", "127.0.0.1:1"][..],
+        &["idle", "--output", "yaml", "127.0.0.1:1"][..],
+        &["idle", "--tls-client-cert", "c.pem", "127.0.0.1:1"][..],
+        &["idle", "--tls-ca-cert", "/nonexistent/ca.pem", "127.0.0.1:1"][..],
+        &["discover", ""][..],
+        &["sweep", "--max-in-flight", "0", "127.0.0.1:1"][..],
+        &["idle", "--rpc-timeout", "0", "127.0.0.1:1"][..],
+    ] {
+        let output = woolctl(args);
+        assert_eq!(code(&output), 2, "{args:?}: {}", stderr(&output));
+        assert!(stdout(&output).is_empty(), "{args:?}: {}", stdout(&output));
+        assert!(!stderr(&output).is_empty(), "{args:?}");
+    }
+}
+
+/// Given a real Wool pool of 3 with one worker busy, when woolctl discovers, sweeps and reaps it
+/// by namespace, then `discover` lists what Wool's own subscriber lists, `sweep` shows the busy
+/// worker at 0, a dry-run reap stops nothing, and a reap retires the two idle workers and keeps
+/// the busy one.
+#[test]
+fn discover_sweep_and_reap_a_wool_pool_by_namespace() {
+    let namespace = unique_namespace("woolctl");
+    let mut pool = WoolPool::start(&namespace, 3, &["--busy", "60"], None);
+    pool.expect_line("busy-dispatched", Duration::from_secs(10));
+    let listed = woolctl(&["discover", &namespace, "--output", "json"]);
+    assert_eq!(code(&listed), 0, "{}", stderr(&listed));
+    let ours: Vec<String> = json_lines(&listed)
+        .iter()
+        .map(|w| format!("{} {}", w["uid"], w["address"]))
+        .collect();
+    let wools: Vec<String> = WoolPool::wool_listing(&namespace, &[], None)
+        .iter()
+        .map(|w| format!("{} {}", w["uid"], w["address"]))
+        .collect();
+    assert_eq!(ours, wools);
+    // Until one worker is busy and the other two have idled past the threshold.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let sweep = woolctl(&["sweep", "--namespace", &namespace, "--output", "json"]);
+        let lines = json_lines(&sweep);
+        let busy = lines.iter().filter(|l| l["idle_seconds"] == 0.0).count();
+        let idle = lines.iter().filter(|l| l["idle_seconds"].as_f64().is_some_and(|s| s >= 1.5)).count();
+        if busy == 1 && idle == 2 {
+            assert_eq!(code(&sweep), 0);
+            break;
+        }
+        assert!(Instant::now() < deadline, "never one busy, two idle: {lines:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let dry = woolctl(&["reap", "--idle-over", "1s", "--dry-run", "--namespace", &namespace, "--output", "json"]);
+    assert_eq!(code(&dry), 0, "{}", stderr(&dry));
+    let actions: Vec<String> = json_lines(&dry).iter().map(|l| l["action"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(actions.iter().filter(|a| *a == "would-retire").count(), 2, "{actions:?}");
+    let reap = woolctl(&["reap", "--idle-over", "1s", "--grace", "5", "--namespace", &namespace, "--output", "json"]);
+    assert_eq!(code(&reap), 0, "{}", stderr(&reap));
+    let lines = json_lines(&reap);
+    let retired = lines.iter().filter(|l| l["action"] == "retired" && l["reason"] == "idle").count();
+    let kept: Vec<_> = lines.iter().filter(|l| l["action"] == "keep").collect();
+    assert_eq!(retired, 2, "{lines:?}");
+    assert_eq!(kept.len(), 1, "{lines:?}");
+    assert_eq!(kept[0]["reason"], "busy");
+    // The busy worker still answers; the retired ones do not.
+    let after = woolctl(&["sweep", "--namespace", &namespace, "--output", "json"]);
+    assert_eq!(code(&after), 1, "retired workers no longer answer");
+    let answering: Vec<_> = json_lines(&after).into_iter().filter(|l| l["ok"] == true).collect();
+    assert_eq!(answering.len(), 1);
+    assert_eq!(answering[0]["target"], kept[0]["target"]);
+}
+
+/// Given a watch on a namespace, when a Wool pool starts there, then woolctl prints a
+/// worker-added line per worker, and exits 0 on SIGTERM.
+#[test]
+fn discover_watch_prints_joins_until_terminated() {
+    let namespace = unique_namespace("watch");
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_woolctl"))
+        .args(["discover", &namespace, "--watch", "--output", "json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _pool = WoolPool::start(&namespace, 2, &[], None);
+    let stdout = watch.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut added = 0;
+    while added < 2 {
+        let line = rx.recv_timeout(Duration::from_secs(15)).expect("a worker-added line");
+        let event: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if event["event"] == "worker-added" {
+            assert!(event["worker"]["address"].as_str().unwrap().starts_with("127.0.0.1:"));
+            added += 1;
+        }
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(watch.id() as i32, libc::SIGTERM) };
+    let status = watch.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+/// Given a mutual-TLS worker, when woolctl polls it with grpc_health_probe's TLS flags, then the
+/// poll succeeds; without them, it fails as a handshake (exit 1).
+#[test]
+fn tls_flags_as_grpc_health_probe_names_them() {
+    let pki = Pki::generate();
+    let worker = WorkerProcess::spawn(&pki.mutual_args());
+    let ca = pki.ca_path.display().to_string();
+    let cert = pki.leaf.cert_path.display().to_string();
+    let key = pki.leaf.key_path.display().to_string();
+    let output = woolctl(&[
+        "idle", "--output", "json", "--tls-ca-cert", &ca, "--tls-client-cert", &cert,
+        "--tls-client-key", &key, "--tls-server-name", "localhost", &worker.address,
+    ]);
+    assert_eq!(code(&output), 0, "{}{}", stdout(&output), stderr(&output));
+    assert_eq!(json_lines(&output)[0]["ok"], true);
+    let plain = woolctl(&["idle", "--output", "json", "--rpc-timeout", "3s", &worker.address]);
+    assert_eq!(code(&plain), 1);
+    assert_eq!(json_lines(&plain)[0]["error"]["kind"], "handshake");
+}
+
+/// Given a frozen worker, when woolctl sweeps it on a terminal with a 2 s deadline, then a
+/// progress line appears on stderr after a second, and the sweep ends at its deadline (exit 1).
+#[test]
+fn a_slow_sweep_on_a_terminal_shows_progress_on_stderr() {
+    let frozen = WorkerProcess::plaintext();
+    let live = WorkerProcess::plaintext();
+    frozen.freeze();
+    // `script` gives woolctl a terminal; stdout is sent to a file so only stderr is on it.
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let command = format!(
+        "{} sweep --rpc-timeout 2s {} {} > {}",
+        env!("CARGO_BIN_EXE_woolctl"),
+        frozen.address,
+        live.address,
+        out.path().display()
+    );
+    let output = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("script (util-linux) runs");
+    frozen.thaw();
+    let terminal = stdout(&output);
+    assert!(terminal.contains("sweeping: 1/2 answered"), "{terminal:?}");
+    let results = std::fs::read_to_string(out.path()).unwrap();
+    assert!(results.contains("deadline exceeded"), "{results}");
+    assert!(!results.contains("sweeping"), "progress stays off stdout: {results}");
+}
