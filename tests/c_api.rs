@@ -619,6 +619,48 @@ fn one_call_polls_a_fleet_with_one_deadline() {
     server.abort();
 }
 
+/// Given a real Wool pool of 3 under a namespace, when C lists it with wool_discover, then it
+/// gets the 3 workers with every field filled, reaches each through wool_connect_worker, and
+/// bad inputs are refused with messages.
+#[test]
+fn c_discovers_a_wool_pool_and_reaches_its_workers() {
+    let namespace = common::unique_namespace("c-discover");
+    let _pool = common::WoolPool::start(&namespace, 3, &[], None);
+    let out = run_case("discover", &[&namespace, "3"]);
+    assert!(out.contains("3 workers of namespace"), "{out}");
+}
+
+/// Given a running Wool pool of 2, when C watches its namespace, then both workers are reported
+/// as added, then nothing.
+#[test]
+fn c_watches_a_wool_pool() {
+    let namespace = common::unique_namespace("c-watch");
+    let _pool = common::WoolPool::start(&namespace, 2, &[], None);
+    let out = run_case("watch", &[&namespace, "2"]);
+    assert!(out.contains("2 workers reported as added"), "{out}");
+}
+
+/// Given three idle workers, when C runs wool_retire_idle as a dry run and then keeping one,
+/// then the dry run stops nothing and the real round retires the two most idle (they exit 0)
+/// and keeps the last.
+#[test]
+fn c_retires_idle_workers_by_policy() {
+    let mut workers: Vec<WorkerProcess> = (0..3)
+        .map(|_| {
+            let worker = WorkerProcess::plaintext();
+            std::thread::sleep(Duration::from_millis(100));
+            worker
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let addresses: Vec<&str> = workers.iter().map(|w| w.address.as_str()).collect();
+    let out = run_case("retire", &addresses);
+    assert!(out.contains("dry run stopped nothing"), "{out}");
+    assert_eq!(workers[0].wait_exit(Duration::from_secs(10)), Some(0));
+    assert_eq!(workers[1].wait_exit(Duration::from_secs(10)), Some(0));
+    assert!(workers[2].is_running());
+}
+
 // ---- the C example ---------------------------------------------------------------------------
 
 /// Given a worker with a short task in flight, when examples/c/poll_then_retire polls it every

@@ -34,9 +34,21 @@ use crate::process::PerProcess;
 /// The runtime of this process, its blocking calls in progress (while there is one, it drives
 /// the runtime and the housekeeper stays out of its way), and the driver of started calls.
 struct LibraryRuntime {
-    runtime: Runtime,
+    runtime: std::mem::ManuallyDrop<Runtime>,
     active_calls: AtomicUsize,
     driver: Driver,
+}
+
+/// Only a runtime that lost the race to be this process's is ever dropped, on the thread that
+/// made it, which may be inside a host's own tokio runtime: there a plain drop would panic
+/// ("Cannot drop a runtime in a context where blocking is not allowed"), so it is shut down
+/// without waiting (it never ran a task).
+impl Drop for LibraryRuntime {
+    fn drop(&mut self) {
+        // SAFETY: dropped once, here; nothing uses the field afterwards.
+        let runtime = unsafe { std::mem::ManuallyDrop::take(&mut self.runtime) };
+        runtime.shutdown_background();
+    }
 }
 
 /// Drives the runtime while calls started without blocking (`wool_*_start`, a completion
@@ -67,7 +79,7 @@ fn library() -> Result<&'static LibraryRuntime, Error> {
     RUNTIME.get_or_try_init(
         || {
             Ok(LibraryRuntime {
-                runtime: build()?,
+                runtime: std::mem::ManuallyDrop::new(build()?),
                 active_calls: AtomicUsize::new(0),
                 driver: Driver {
                     in_flight: AtomicUsize::new(0),
@@ -98,7 +110,7 @@ fn build() -> Result<Runtime, Error> {
 
 /// The runtime, only if a call in this process has already created it.
 pub(crate) fn existing_runtime() -> Option<&'static Runtime> {
-    RUNTIME.get().map(|library| &library.runtime)
+    RUNTIME.get().map(|library| &*library.runtime)
 }
 
 /// Runs `future` to completion on the library's runtime, blocking the calling thread until it

@@ -1037,6 +1037,162 @@ static int case_stop_grace(int argc, char **argv) {
     return 0;
 }
 
+/*
+ * discover NAMESPACE COUNT: wool_discover lists a real Wool pool's COUNT workers with every
+ * field filled; each is reached through wool_connect_worker and answers wool_idle; bad inputs
+ * are refused with messages; list accessors are safe on NULL and out-of-range indexes.
+ */
+static int case_discover(int argc, char **argv) {
+    CHECK(argc == 2);
+    size_t expected = (size_t)atoi(argv[1]);
+    wool_worker_list *list = NULL;
+    CHECK_STATUS(wool_discover(argv[0], WOOL_DISCOVERY_LOCAL, 0.0, &list), WOOL_STATUS_OK);
+    CHECK(wool_worker_list_count(list) == expected);
+    for (size_t i = 0; i < expected; i++) {
+        const wool_worker_info *w = wool_worker_list_get(list, i);
+        CHECK(w != NULL);
+        CHECK(strlen(w->uid) == 36 && strncmp(w->address, "127.0.0.1:", 10) == 0);
+        CHECK(w->pid > 0 && strcmp(w->version, "0.15.7") == 0);
+        CHECK(strcmp(w->tags_json, "[]") == 0 && strcmp(w->extra_json, "{}") == 0);
+        CHECK(!w->secure && strcmp(w->identity, "") == 0);
+        wool_connection *conn = NULL;
+        CHECK_STATUS(wool_connect_worker(w, NULL, NULL, &conn), WOOL_STATUS_OK);
+        double idle = -1.0;
+        CHECK_STATUS(wool_idle(conn, 5.0, &idle), WOOL_STATUS_OK);
+        CHECK(idle >= 0.0);
+        wool_free(conn);
+    }
+    CHECK(wool_worker_list_get(list, expected) == NULL);
+    CHECK(wool_worker_list_get(NULL, 0) == NULL);
+    CHECK(wool_worker_list_count(NULL) == 0);
+    /* A worker that advertises TLS needs credentials; a host may fill the struct itself. */
+    wool_worker_info secure = {0};
+    secure.address = "127.0.0.1:1";
+    secure.identity = "worker.example";
+    secure.secure = true;
+    wool_connection *conn = NULL;
+    EXPECT_INVALID(wool_connect_worker(&secure, NULL, NULL, &conn), "credentials");
+    secure.secure = false;
+    secure.address = "not a target";
+    EXPECT_INVALID(wool_connect_worker(&secure, NULL, NULL, &conn), "target");
+    secure.address = NULL;
+    EXPECT_INVALID(wool_connect_worker(&secure, NULL, NULL, &conn), "address");
+    EXPECT_INVALID(wool_connect_worker(NULL, NULL, NULL, &conn), "worker");
+    CHECK(conn == NULL);
+    wool_worker_list *untouched = (wool_worker_list *)0x1;
+    EXPECT_INVALID(wool_discover(NULL, WOOL_DISCOVERY_LOCAL, 0.0, &untouched), "namespace");
+    EXPECT_INVALID(wool_discover("", WOOL_DISCOVERY_LOCAL, 0.0, &untouched), "namespace");
+    EXPECT_INVALID(wool_discover("\xff", WOOL_DISCOVERY_LOCAL, 0.0, &untouched), "UTF-8");
+    EXPECT_INVALID(wool_discover(argv[0], 7, 0.0, &untouched), "backend");
+    EXPECT_INVALID(wool_discover(argv[0], WOOL_DISCOVERY_LAN, NAN, &untouched), "listen_seconds");
+    EXPECT_INVALID(wool_discover(argv[0], WOOL_DISCOVERY_LAN, -1.0, &untouched), "listen_seconds");
+    EXPECT_INVALID(wool_discover(argv[0], WOOL_DISCOVERY_LOCAL, 0.0, NULL), "out");
+    CHECK(untouched == (wool_worker_list *)0x1);
+    wool_worker_list *none = NULL;
+    CHECK_STATUS(wool_discover("libwool-harness-no-such-pool", WOOL_DISCOVERY_LOCAL, 0.0, &none),
+                 WOOL_STATUS_OK);
+    CHECK(wool_worker_list_count(none) == 0);
+    wool_worker_list_free(none);
+    printf("discover: %zu workers of namespace %s, each polled through wool_connect_worker\n",
+           expected, argv[0]);
+    wool_worker_list_free(list);
+    wool_worker_list_free(NULL);
+    return 0;
+}
+
+/*
+ * watch NAMESPACE COUNT: a watch on a running pool first reports its COUNT workers as ADDED,
+ * then nothing (NONE with a NULL worker at a 0 timeout); bad inputs are refused.
+ */
+static int case_watch(int argc, char **argv) {
+    CHECK(argc == 2);
+    int expected = atoi(argv[1]);
+    wool_watch *watch = NULL;
+    CHECK_STATUS(wool_watch_new(argv[0], WOOL_DISCOVERY_LOCAL, &watch), WOOL_STATUS_OK);
+    int added = 0;
+    double started = now();
+    while (added < expected) {
+        int kind = -1;
+        const wool_worker_info *worker = NULL;
+        CHECK_STATUS(wool_watch_next(watch, 15.0, &kind, &worker), WOOL_STATUS_OK);
+        CHECK(kind == WOOL_DISCOVERY_EVENT_ADDED);
+        CHECK(worker != NULL && strncmp(worker->address, "127.0.0.1:", 10) == 0);
+        added++;
+        CHECK(now() - started < 30.0);
+    }
+    int kind = -1;
+    const wool_worker_info *worker = (const wool_worker_info *)0x1;
+    CHECK_STATUS(wool_watch_next(watch, 0.0, &kind, &worker), WOOL_STATUS_OK);
+    CHECK(kind == WOOL_DISCOVERY_EVENT_NONE && worker == NULL);
+    EXPECT_INVALID(wool_watch_next(watch, NAN, &kind, &worker), "timeout");
+    EXPECT_INVALID(wool_watch_next(watch, -1.0, &kind, &worker), "timeout");
+    EXPECT_INVALID(wool_watch_next(NULL, 1.0, &kind, &worker), "watch");
+    EXPECT_INVALID(wool_watch_next(watch, 1.0, NULL, &worker), "out_kind");
+    wool_watch *untouched = (wool_watch *)0x1;
+    EXPECT_INVALID(wool_watch_new("", WOOL_DISCOVERY_LOCAL, &untouched), "namespace");
+    EXPECT_INVALID(wool_watch_new(argv[0], -1, &untouched), "backend");
+    CHECK(untouched == (wool_watch *)0x1);
+    wool_watch_free(watch);
+    wool_watch_free(NULL);
+    printf("watch: %d workers reported as added\n", added);
+    return 0;
+}
+
+/*
+ * retire A B C: three idle workers, started in that order. A dry run decides all three idle
+ * and stops nothing; keeping one retires A and B (the most idle) and keeps C for the minimum;
+ * bad policies are refused and nothing is stopped.
+ */
+static int case_retire(int argc, char **argv) {
+    CHECK(argc == 3);
+    const wool_connection *fleet[4];
+    for (int i = 0; i < 3; i++) fleet[i] = connect_plaintext(argv[i]);
+    fleet[3] = NULL;
+    wool_retire_decision out[4];
+    wool_retire_policy policy = {
+        .idle_threshold = 0.2, .grace = 0.0, .stop_timeout = 10.0,
+        .keep_min = 1, .max_stops = SIZE_MAX, .dry_run = true,
+    };
+    CHECK_STATUS(wool_retire_idle(fleet, 4, &policy, 5.0, 8, out), WOOL_STATUS_OK);
+    for (int i = 0; i < 2; i++) {
+        CHECK(out[i].reason == WOOL_RETIRE_REASON_IDLE && out[i].retire && !out[i].stopped);
+        CHECK(out[i].poll_status == WOOL_STATUS_OK && out[i].idle_seconds >= 0.2);
+    }
+    CHECK(out[2].reason == WOOL_RETIRE_REASON_MINIMUM && !out[2].retire);
+    CHECK(out[3].reason == WOOL_RETIRE_REASON_POLL_FAILED);
+    CHECK(out[3].poll_status == WOOL_STATUS_INVALID_ARGUMENT && isnan(out[3].idle_seconds));
+    wool_retire_policy bad = policy;
+    bad.grace = 10.0;
+    EXPECT_INVALID(wool_retire_idle(fleet, 3, &bad, 5.0, 8, out), "grace");
+    bad = policy;
+    bad.idle_threshold = NAN;
+    EXPECT_INVALID(wool_retire_idle(fleet, 3, &bad, 5.0, 8, out), "idle_threshold");
+    bad = policy;
+    bad.grace = NAN;
+    EXPECT_INVALID(wool_retire_idle(fleet, 3, &bad, 5.0, 8, out), "grace");
+    EXPECT_INVALID(wool_retire_idle(fleet, 3, NULL, 5.0, 8, out), "policy");
+    EXPECT_INVALID(wool_retire_idle(fleet, 3, &policy, 0.0, 8, out), "timeout");
+    EXPECT_INVALID(wool_retire_idle(fleet, 3, &policy, 5.0, 0, out), "max_in_flight");
+    EXPECT_INVALID(wool_retire_idle(fleet, 3, &policy, 5.0, 8, NULL), "NULL");
+    CHECK_STATUS(wool_retire_idle(NULL, 0, &policy, 5.0, 8, NULL), WOOL_STATUS_OK);
+    policy.dry_run = false;
+    CHECK_STATUS(wool_retire_idle(fleet, 3, &policy, 5.0, 8, out), WOOL_STATUS_OK);
+    for (int i = 0; i < 2; i++) {
+        CHECK(out[i].retire && out[i].stopped && out[i].stop_status == WOOL_STATUS_OK);
+        CHECK(out[i].stop_rpc_code == -1);
+    }
+    CHECK(!out[2].retire && !out[2].stopped && out[2].reason == WOOL_RETIRE_REASON_MINIMUM);
+    CHECK(strcmp(wool_retire_reason_name(WOOL_RETIRE_REASON_IDLE), "idle") == 0);
+    CHECK(strcmp(wool_retire_reason_name(WOOL_RETIRE_REASON_BELOW_THRESHOLD), "below-threshold") == 0);
+    CHECK(strcmp(wool_retire_reason_name(WOOL_RETIRE_REASON_POLL_FAILED), "poll-failed") == 0);
+    CHECK(strcmp(wool_retire_reason_name(99), "unknown") == 0);
+    CHECK(strcmp(wool_retire_reason_name(-1), "unknown") == 0);
+    printf("retire: dry run stopped nothing; keeping 1 retired %s and %s, kept %s (%s)\n",
+           argv[0], argv[1], argv[2], wool_retire_reason_name(out[2].reason));
+    for (int i = 0; i < 3; i++) wool_free((wool_connection *)fleet[i]);
+    return 0;
+}
+
 struct named_case {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -1068,6 +1224,9 @@ static const struct named_case cases[] = {
     {"idle-many", case_idle_many},
     {"one-way", case_one_way},
     {"stop-grace", case_stop_grace},
+    {"discover", case_discover},
+    {"watch", case_watch},
+    {"retire", case_retire},
 };
 
 int main(int argc, char **argv) {
