@@ -23,6 +23,10 @@ WOOL_STATUS_PANIC               `LibraryPanic` (a `RuntimeError`: a bug in libwo
 WOOL_STATUS_CANCELLED           `Cancelled` (a `WoolError`; no blocking call gives it today)
 ==============================  ===========================================================
 
+For a fleet, `libwool.fleet` (its names also here) finds a Wool pool's workers (`discover`,
+`watch`: Wool's LocalDiscovery / LanDiscovery), reaches them (`connect_worker`), polls many
+at once (`sweep`) and retires the idle ones by a policy (`retire_idle`, `RetirePolicy`).
+
 For asyncio, `libwool.aio` has the same calls as coroutines (``await conn.idle()``), built on
 libwool's completion queue: many polls in flight from one thread, and cancelling the awaiting
 task resets the call's HTTP/2 stream. There a cancelled call is `asyncio.CancelledError`.
