@@ -105,6 +105,22 @@
 // next call dials anew. IdleMany polls many Connections from one goroutine, a bounded number
 // at a time.
 //
+// # Fleets
+//
+// Discover lists the workers a Wool pool publishes under a namespace (LocalDiscovery: the
+// shared-memory registry on this host; LanDiscovery: DNS-SD), WatchPool follows them joining
+// and leaving, ConnectWorker reaches one (over TLS when it advertises it), IdleMany polls
+// many at once, and RetireIdle runs one retire round by a RetirePolicy (NewRetirePolicy gives
+// the library's defaults). Every decision is the library's (wool_discover, wool_watch_*,
+// wool_connect_worker, wool_retire_idle); the package only converts.
+//
+//	workers, err := wool.Discover("batch", wool.LocalDiscovery, 0)
+//	conns := make([]*wool.Connection, len(workers))
+//	for i, w := range workers {
+//		if conns[i], err = wool.ConnectWorker(w, nil); err != nil { ... }
+//	}
+//	decisions, err := wool.RetireIdle(conns, wool.NewRetirePolicy(5*time.Minute), 5*time.Second, 100)
+//
 // # Errors
 //
 // Failures reported by the library are *Error values carrying the library's status, the gRPC
