@@ -5,6 +5,10 @@
 # while nothing runs, exactly 0 during the burst, rising again after it, and then, once idle
 # for long enough, retires the worker. Each line is stamped with the time of day (UTC).
 #
+# Then the fleet job: a real Wool pool (WorkerPool(spawn=3, discovery=LocalDiscovery(NS)), from
+# the pinned wool==0.15.7 venv) with one task running, found by its namespace, and
+# `woolctl reap` retiring its idle workers while it leaves the busy one alone.
+#
 #   scripts/demo.sh
 #
 # Environment: INTERVAL (poll interval, default 0.25 s), THRESHOLD (idle seconds before
@@ -23,18 +27,21 @@ TARGET_DIR="$(cargo metadata --format-version 1 --no-deps 2>/dev/null |
 TARGET_DIR="${TARGET_DIR:-$ROOT/target}"
 BUILD="$TARGET_DIR/debug"
 
-echo "== building libwool (libwool.so), wool-worker, the burst example and the C host"
-cargo build --quiet --features capi --lib --bin wool-worker --example burst
+echo "== building libwool (libwool.so), wool-worker, woolctl, the burst example and the C host"
+cargo build --quiet --features capi --lib --bin wool-worker --bin woolctl --example burst
 mkdir -p "$BUILD/c-examples"
 "$CC" -std=c11 -Wall -Wextra -O2 -I include examples/c/poll_then_retire.c \
     -L "$BUILD" -lwool -Wl,-rpath,"$BUILD" -lm -o "$BUILD/c-examples/poll_then_retire"
 
 scratch="$(mktemp -d)"
 worker_pid=""
+pool_pid=""
 cleanup() {
-    if [[ -n "$worker_pid" ]] && kill -0 "$worker_pid" 2>/dev/null; then
-        kill "$worker_pid" 2>/dev/null || true
-    fi
+    for pid in "$worker_pid" "$pool_pid"; do
+        if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+            kill "$pid" 2>/dev/null || true
+        fi
+    done
     rm -rf "$scratch"
 }
 trap cleanup EXIT
@@ -78,4 +85,35 @@ if ((host_status != 0 || burst_status != 0 || worker_status != 0)); then
     cat "$scratch/worker.err" >&2
     exit 1
 fi
-echo "== demo OK: idle rose, read 0 during the burst, rose again, and the C host retired the worker"
+echo "== part 1 OK: idle rose, read 0 during the burst, rose again, and the C host retired the worker"
+
+echo
+echo "== the fleet job: a real Wool pool found by namespace, its idle workers retired by woolctl"
+./scripts/setup-venvs.sh >/dev/null
+namespace="demo-$$"
+target/venvs/wool-0.15.7/bin/python tests/interop/wool_pool.py pool "$namespace" --spawn 3 \
+    --busy 30 >"$scratch/pool.out" 2>"$scratch/pool.err" &
+pool_pid=$!
+for _ in $(seq 1 600); do
+    grep -q busy-dispatched "$scratch/pool.out" 2>/dev/null && break
+    sleep 0.1
+done
+grep -q busy-dispatched "$scratch/pool.out" || { echo "demo: the Wool pool did not start" >&2; cat "$scratch/pool.err" >&2; exit 1; }
+echo "   Wool pool (pid $pool_pid) up in namespace $namespace, one 30 s task dispatched to it"
+sleep 3
+echo "\$ woolctl discover $namespace"
+"$BUILD/woolctl" discover "$namespace"
+echo "\$ woolctl sweep --namespace $namespace"
+"$BUILD/woolctl" sweep --namespace "$namespace"
+echo "\$ woolctl reap --idle-over 2s --grace 10 --namespace $namespace"
+"$BUILD/woolctl" reap --idle-over 2s --grace 10 --namespace "$namespace" | tee "$scratch/reap.out"
+retired=$(grep -c ' retired ' "$scratch/reap.out" || true)
+kept_busy=$(grep -c ' keep .* busy ' "$scratch/reap.out" || true)
+kill "$pool_pid" 2>/dev/null || true
+wait "$pool_pid" 2>/dev/null || true
+pool_pid=""
+if ((retired != 2 || kept_busy != 1)); then
+    echo "demo: FAILED: expected 2 retired and 1 kept busy" >&2
+    exit 1
+fi
+echo "== demo OK: woolctl retired the pool's 2 idle workers and left the busy one alone"
