@@ -97,7 +97,10 @@ fn the_local_listing_equals_wools_own_subscriber() {
     let polls = runtime()
         .block_on(sweep(connect_all(&ours), &SweepOptions::default()))
         .unwrap();
-    assert!(polls.iter().all(|p| matches!(p, Ok(s) if *s >= 0.0)), "{polls:?}");
+    assert!(
+        polls.iter().all(|p| matches!(p, Ok(s) if *s >= 0.0)),
+        "{polls:?}"
+    );
 }
 
 /// Given a watch started before its pool exists, when a Wool pool of 2 starts under the
@@ -163,7 +166,10 @@ fn a_sweep_reports_each_worker_in_order_within_one_deadline() {
     let took = started.elapsed();
     frozen.thaw();
     assert!(matches!(polls[0], Ok(s) if s >= 0.0), "{polls:?}");
-    assert_eq!(polls[1].as_ref().unwrap_err().kind(), ErrorKind::IdleUnavailable);
+    assert_eq!(
+        polls[1].as_ref().unwrap_err().kind(),
+        ErrorKind::IdleUnavailable
+    );
     let frozen_error = polls[2].as_ref().unwrap_err();
     assert_eq!(frozen_error.kind(), ErrorKind::Transient);
     assert_eq!(frozen_error.code(), Some(tonic::Code::DeadlineExceeded));
@@ -171,7 +177,10 @@ fn a_sweep_reports_each_worker_in_order_within_one_deadline() {
     assert!(took < Duration::from_secs(10), "the sweep hung: {took:?}");
     options.max_in_flight = 0;
     assert_eq!(
-        runtime.block_on(sweep(&workers, &options)).unwrap_err().kind(),
+        runtime
+            .block_on(sweep(&workers, &options))
+            .unwrap_err()
+            .kind(),
         ErrorKind::InvalidArgument
     );
     server.abort();
@@ -212,7 +221,11 @@ fn task_between_poll_and_stop(grace: Grace) -> (Result<Vec<u8>, wool::Error>, De
         .block_on(retire::apply(&[&connection], &mut decisions, &policy, 8))
         .unwrap();
     let outcome = runtime.block_on(task).unwrap();
-    assert_eq!(worker.wait_exit(Duration::from_secs(20)), Some(0), "retired: exits 0");
+    assert_eq!(
+        worker.wait_exit(Duration::from_secs(20)),
+        Some(0),
+        "retired: exits 0"
+    );
     (outcome, decisions.remove(0))
 }
 
@@ -228,7 +241,10 @@ fn a_task_that_arrives_between_the_poll_and_the_stop_loses_nothing_with_a_grace(
     assert!(outcome.is_ok(), "the task was lost: {outcome:?}");
     let (outcome, decision) = task_between_poll_and_stop(Grace::None);
     assert_eq!(decision.stop, Some(Ok(())));
-    assert!(outcome.is_err(), "without a grace the stop cancels the task: {outcome:?}");
+    assert!(
+        outcome.is_err(),
+        "without a grace the stop cancels the task: {outcome:?}"
+    );
 }
 
 /// Given three idle workers, when a dry run is reaped, then nothing stops; when reaped keeping
@@ -251,16 +267,26 @@ fn dry_runs_stop_nothing_and_the_minimum_is_kept() {
     let mut policy = RetirePolicy::new(Duration::from_millis(200));
     policy.dry_run = true;
     let decisions = runtime
-        .block_on(retire::reap(&connections, &policy, &SweepOptions::default()))
+        .block_on(retire::reap(
+            &connections,
+            &policy,
+            &SweepOptions::default(),
+        ))
         .unwrap();
-    assert!(decisions.iter().all(|d| d.reason == Reason::Idle && d.stop.is_none()));
+    assert!(decisions
+        .iter()
+        .all(|d| d.reason == Reason::Idle && d.stop.is_none()));
     std::thread::sleep(Duration::from_millis(300));
     assert!(workers.iter_mut().all(WorkerProcess::is_running));
     policy.dry_run = false;
     policy.keep_min = 1;
     policy.grace = Grace::None;
     let decisions = runtime
-        .block_on(retire::reap(&connections, &policy, &SweepOptions::default()))
+        .block_on(retire::reap(
+            &connections,
+            &policy,
+            &SweepOptions::default(),
+        ))
         .unwrap();
     let reasons: Vec<Reason> = decisions.iter().map(|d| d.reason).collect();
     // The first started is the most idle: retired first; the last is kept.
@@ -288,14 +314,25 @@ fn reaping_a_wool_pool_retires_the_idle_workers_and_leaves_the_busy_one() {
             .block_on(sweep(&connections, &SweepOptions::default()))
             .unwrap();
         polls.iter().filter(|p| **p == Ok(0.0)).count() == 1
-            && polls.iter().filter(|p| matches!(p, Ok(s) if *s >= 1.5)).count() == 2
+            && polls
+                .iter()
+                .filter(|p| matches!(p, Ok(s) if *s >= 1.5))
+                .count()
+                == 2
     });
-    assert!(settled, "the pool never showed one busy and two idle workers");
+    assert!(
+        settled,
+        "the pool never showed one busy and two idle workers"
+    );
     let mut policy = RetirePolicy::new(Duration::from_secs(1));
     policy.grace = Grace::Within(Duration::from_secs(5));
     policy.stop_timeout = Some(Duration::from_secs(30));
     let decisions = runtime
-        .block_on(retire::reap(&connections, &policy, &SweepOptions::default()))
+        .block_on(retire::reap(
+            &connections,
+            &policy,
+            &SweepOptions::default(),
+        ))
         .unwrap();
     let mut busy = None;
     for (worker, decision) in found.iter().zip(&decisions) {
@@ -315,7 +352,10 @@ fn reaping_a_wool_pool_retires_the_idle_workers_and_leaves_the_busy_one() {
     let busy = busy.expect("one worker kept as busy");
     assert!(!process_gone(busy.pid));
     let still = busy.connect(None, ChannelOptions::default()).unwrap();
-    assert_eq!(runtime.block_on(still.idle(Some(Duration::from_secs(5)))), Ok(0.0));
+    assert_eq!(
+        runtime.block_on(still.idle(Some(Duration::from_secs(5)))),
+        Ok(0.0)
+    );
 }
 
 /// Given a Wool pool publishing over DNS-SD inside one network namespace, when a client in
@@ -325,7 +365,9 @@ fn reaping_a_wool_pool_retires_the_idle_workers_and_leaves_the_busy_one() {
 /// workers leave when the pool stops.
 #[test]
 fn the_lan_listing_equals_wools_own_subscriber_across_network_namespaces() {
-    let Some(link) = link_or_skip("l") else { return };
+    let Some(link) = link_or_skip("l") else {
+        return;
+    };
     let namespace = unique_namespace("lan");
     let pool = WoolPool::start(
         &namespace,
@@ -334,7 +376,10 @@ fn the_lan_listing_equals_wools_own_subscriber_across_network_namespaces() {
         Some(&link.worker_ns),
     );
     // A foreign record of the same service type (no pid, no UUID name) beside the workers.
-    let service_type = LanDiscovery::new(&namespace).unwrap().service_type().to_owned();
+    let service_type = LanDiscovery::new(&namespace)
+        .unwrap()
+        .service_type()
+        .to_owned();
     let worker_ip = link.worker_ip.clone();
     let _foreign = Link::run_in(&link.worker_ns, async move {
         let daemon = mdns_sd::ServiceDaemon::new().unwrap();
@@ -352,12 +397,20 @@ fn the_lan_listing_equals_wools_own_subscriber_across_network_namespaces() {
     })
     .join()
     .unwrap();
-    let wools = WoolPool::wool_listing(&namespace, &["--lan", "--seconds", "3"], Some(&link.client_ns));
+    let wools = WoolPool::wool_listing(
+        &namespace,
+        &["--lan", "--seconds", "3"],
+        Some(&link.client_ns),
+    );
     let ns = namespace.clone();
     let (ours, polls, watch) = Link::run_in(&link.client_ns, async move {
-        let lan = LanDiscovery::new(&ns).unwrap().listen_for(Duration::from_secs(3));
+        let lan = LanDiscovery::new(&ns)
+            .unwrap()
+            .listen_for(Duration::from_secs(3));
         let ours = lan.list().unwrap();
-        let polls = sweep(connect_all(&ours), &SweepOptions::default()).await.unwrap();
+        let polls = sweep(connect_all(&ours), &SweepOptions::default())
+            .await
+            .unwrap();
         let watch = lan.watch().unwrap();
         (ours, polls, watch)
     })
@@ -365,8 +418,13 @@ fn the_lan_listing_equals_wools_own_subscriber_across_network_namespaces() {
     .unwrap();
     assert_eq!(ours.len(), 2, "{ours:?}");
     assert_eq!(keys_of_ours(&ours), keys_of_wools(&wools));
-    assert!(ours.iter().all(|w| w.address.starts_with(&format!("{}:", link.worker_ip))));
-    assert!(polls.iter().all(|p| matches!(p, Ok(s) if *s >= 0.0)), "{polls:?}");
+    assert!(ours
+        .iter()
+        .all(|w| w.address.starts_with(&format!("{}:", link.worker_ip))));
+    assert!(
+        polls.iter().all(|p| matches!(p, Ok(s) if *s >= 0.0)),
+        "{polls:?}"
+    );
     let mut seen = BTreeSet::new();
     while seen.len() < 2 {
         match watch.next_timeout(Some(Duration::from_secs(15))) {

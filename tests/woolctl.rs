@@ -94,7 +94,12 @@ fn usage_errors_exit_2() {
         &["stop", "--grace", "nan", "127.0.0.1:1"][..],
         &["idle", "--output", "yaml", "127.0.0.1:1"][..],
         &["idle", "--tls-client-cert", "c.pem", "127.0.0.1:1"][..],
-        &["idle", "--tls-ca-cert", "/nonexistent/ca.pem", "127.0.0.1:1"][..],
+        &[
+            "idle",
+            "--tls-ca-cert",
+            "/nonexistent/ca.pem",
+            "127.0.0.1:1",
+        ][..],
         &["discover", ""][..],
         &["sweep", "--max-in-flight", "0", "127.0.0.1:1"][..],
         &["idle", "--rpc-timeout", "0", "127.0.0.1:1"][..],
@@ -132,22 +137,57 @@ fn discover_sweep_and_reap_a_wool_pool_by_namespace() {
         let sweep = woolctl(&["sweep", "--namespace", &namespace, "--output", "json"]);
         let lines = json_lines(&sweep);
         let busy = lines.iter().filter(|l| l["idle_seconds"] == 0.0).count();
-        let idle = lines.iter().filter(|l| l["idle_seconds"].as_f64().is_some_and(|s| s >= 1.5)).count();
+        let idle = lines
+            .iter()
+            .filter(|l| l["idle_seconds"].as_f64().is_some_and(|s| s >= 1.5))
+            .count();
         if busy == 1 && idle == 2 {
             assert_eq!(code(&sweep), 0);
             break;
         }
-        assert!(Instant::now() < deadline, "never one busy, two idle: {lines:?}");
+        assert!(
+            Instant::now() < deadline,
+            "never one busy, two idle: {lines:?}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
-    let dry = woolctl(&["reap", "--idle-over", "1s", "--dry-run", "--namespace", &namespace, "--output", "json"]);
+    let dry = woolctl(&[
+        "reap",
+        "--idle-over",
+        "1s",
+        "--dry-run",
+        "--namespace",
+        &namespace,
+        "--output",
+        "json",
+    ]);
     assert_eq!(code(&dry), 0, "{}", stderr(&dry));
-    let actions: Vec<String> = json_lines(&dry).iter().map(|l| l["action"].as_str().unwrap().to_owned()).collect();
-    assert_eq!(actions.iter().filter(|a| *a == "would-retire").count(), 2, "{actions:?}");
-    let reap = woolctl(&["reap", "--idle-over", "1s", "--grace", "5", "--namespace", &namespace, "--output", "json"]);
+    let actions: Vec<String> = json_lines(&dry)
+        .iter()
+        .map(|l| l["action"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        actions.iter().filter(|a| *a == "would-retire").count(),
+        2,
+        "{actions:?}"
+    );
+    let reap = woolctl(&[
+        "reap",
+        "--idle-over",
+        "1s",
+        "--grace",
+        "5",
+        "--namespace",
+        &namespace,
+        "--output",
+        "json",
+    ]);
     assert_eq!(code(&reap), 0, "{}", stderr(&reap));
     let lines = json_lines(&reap);
-    let retired = lines.iter().filter(|l| l["action"] == "retired" && l["reason"] == "idle").count();
+    let retired = lines
+        .iter()
+        .filter(|l| l["action"] == "retired" && l["reason"] == "idle")
+        .count();
     let kept: Vec<_> = lines.iter().filter(|l| l["action"] == "keep").collect();
     assert_eq!(retired, 2, "{lines:?}");
     assert_eq!(kept.len(), 1, "{lines:?}");
@@ -155,7 +195,10 @@ fn discover_sweep_and_reap_a_wool_pool_by_namespace() {
     // The busy worker still answers; the retired ones do not.
     let after = woolctl(&["sweep", "--namespace", &namespace, "--output", "json"]);
     assert_eq!(code(&after), 1, "retired workers no longer answer");
-    let answering: Vec<_> = json_lines(&after).into_iter().filter(|l| l["ok"] == true).collect();
+    let answering: Vec<_> = json_lines(&after)
+        .into_iter()
+        .filter(|l| l["ok"] == true)
+        .collect();
     assert_eq!(answering.len(), 1);
     assert_eq!(answering[0]["target"], kept[0]["target"]);
 }
@@ -177,16 +220,24 @@ fn discover_watch_prints_joins_until_terminated() {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
             let _ = tx.send(line);
         }
     });
     let mut added = 0;
     while added < 2 {
-        let line = rx.recv_timeout(Duration::from_secs(15)).expect("a worker-added line");
+        let line = rx
+            .recv_timeout(Duration::from_secs(15))
+            .expect("a worker-added line");
         let event: serde_json::Value = serde_json::from_str(&line).unwrap();
         if event["event"] == "worker-added" {
-            assert!(event["worker"]["address"].as_str().unwrap().starts_with("127.0.0.1:"));
+            assert!(event["worker"]["address"]
+                .as_str()
+                .unwrap()
+                .starts_with("127.0.0.1:"));
             added += 1;
         }
     }
@@ -206,12 +257,29 @@ fn tls_flags_as_grpc_health_probe_names_them() {
     let cert = pki.leaf.cert_path.display().to_string();
     let key = pki.leaf.key_path.display().to_string();
     let output = woolctl(&[
-        "idle", "--output", "json", "--tls-ca-cert", &ca, "--tls-client-cert", &cert,
-        "--tls-client-key", &key, "--tls-server-name", "localhost", &worker.address,
+        "idle",
+        "--output",
+        "json",
+        "--tls-ca-cert",
+        &ca,
+        "--tls-client-cert",
+        &cert,
+        "--tls-client-key",
+        &key,
+        "--tls-server-name",
+        "localhost",
+        &worker.address,
     ]);
     assert_eq!(code(&output), 0, "{}{}", stdout(&output), stderr(&output));
     assert_eq!(json_lines(&output)[0]["ok"], true);
-    let plain = woolctl(&["idle", "--output", "json", "--rpc-timeout", "3s", &worker.address]);
+    let plain = woolctl(&[
+        "idle",
+        "--output",
+        "json",
+        "--rpc-timeout",
+        "3s",
+        &worker.address,
+    ]);
     assert_eq!(code(&plain), 1);
     assert_eq!(json_lines(&plain)[0]["error"]["kind"], "handshake");
 }
@@ -242,5 +310,8 @@ fn a_slow_sweep_on_a_terminal_shows_progress_on_stderr() {
     assert!(terminal.contains("sweeping: 1/2 answered"), "{terminal:?}");
     let results = std::fs::read_to_string(out.path()).unwrap();
     assert!(results.contains("deadline exceeded"), "{results}");
-    assert!(!results.contains("sweeping"), "progress stays off stdout: {results}");
+    assert!(
+        !results.contains("sweeping"),
+        "progress stays off stdout: {results}"
+    );
 }

@@ -13,13 +13,19 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::json;
 use wool::connection::ChannelOptions;
-use wool::fleet::discovery::{DiscoveredWorker, Discovery, DiscoveryEvent, LanDiscovery, LocalDiscovery};
+use wool::fleet::discovery::{
+    DiscoveredWorker, Discovery, DiscoveryEvent, LanDiscovery, LocalDiscovery,
+};
 use wool::fleet::{retire, sweep_observed, Decision, RetirePolicy, SweepOptions};
 use wool::protocol::Grace;
 use wool::{Error, WorkerConnection, WorkerCredentials};
 
 #[derive(Parser)]
-#[command(name = "woolctl", version, about = "Poll, stop, discover, sweep and reap Wool workers")]
+#[command(
+    name = "woolctl",
+    version,
+    about = "Poll, stop, discover, sweep and reap Wool workers"
+)]
 struct Cli {
     #[command(flatten)]
     global: Global,
@@ -128,7 +134,11 @@ enum Command {
 #[derive(Args)]
 struct Fleet {
     /// The pool's discovery namespace.
-    #[arg(long, conflicts_with = "addresses", required_unless_present = "addresses")]
+    #[arg(
+        long,
+        conflicts_with = "addresses",
+        required_unless_present = "addresses"
+    )]
     namespace: Option<String>,
     /// With --namespace: browse DNS-SD over multicast DNS.
     #[arg(long, requires = "namespace")]
@@ -155,14 +165,21 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         return Duration::try_from_secs_f64(seconds)
             .map_err(|_| format!("{text:?} is not a non-negative number of seconds"));
     }
-    humantime::parse_duration(text).map_err(|e| format!("{text:?}: {e} (e.g. 300, 300s, 5m, 500ms)"))
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?}: {e} (e.g. 300, 300s, 5m, 500ms)"))
 }
 
 fn parse_grace(text: &str) -> Result<Grace, String> {
     match text.trim().parse::<f64>() {
         Ok(seconds) if seconds.is_nan() => Err("grace must be seconds, not NaN".into()),
         Ok(seconds) => Ok(Grace::from_seconds(seconds)),
-        Err(_) => parse_duration(text).map(|d| if d.is_zero() { Grace::None } else { Grace::Within(d) }),
+        Err(_) => parse_duration(text).map(|d| {
+            if d.is_zero() {
+                Grace::None
+            } else {
+                Grace::Within(d)
+            }
+        }),
     }
 }
 
@@ -186,7 +203,8 @@ impl Context {
         let credentials = match &global.tls_ca_cert {
             None if global.tls_client_cert.is_some() || global.tls_server_name.is_some() => {
                 return Err(Failure::Usage(
-                    "--tls-client-cert, --tls-client-key and --tls-server-name need --tls-ca-cert".into(),
+                    "--tls-client-cert, --tls-client-key and --tls-server-name need --tls-ca-cert"
+                        .into(),
                 ))
             }
             None => None,
@@ -200,7 +218,9 @@ impl Context {
         };
         let mut options = ChannelOptions::default();
         if global.connect_timeout.is_zero() || global.rpc_timeout.is_zero() {
-            return Err(Failure::Usage("--connect-timeout and --rpc-timeout must be positive".into()));
+            return Err(Failure::Usage(
+                "--connect-timeout and --rpc-timeout must be positive".into(),
+            ));
         }
         options.connect_timeout = Some(global.connect_timeout);
         Ok(Self {
@@ -237,7 +257,10 @@ impl Context {
             Failure::Some
         })?;
         if workers.is_empty() {
-            eprintln!("woolctl: no workers found in namespace {:?}", discovery.namespace());
+            eprintln!(
+                "woolctl: no workers found in namespace {:?}",
+                discovery.namespace()
+            );
         }
         Ok(workers
             .into_iter()
@@ -289,7 +312,10 @@ fn discovery(namespace: &str, lan: bool, listen: Option<Duration>) -> Result<Dis
 /// Polls the members (those that could not be made into connections report why), showing a
 /// progress line on a terminal's stderr once the sweep has taken a second.
 async fn sweep_members(context: &Context, members: &[Member]) -> Vec<Result<f64, Error>> {
-    let live: Vec<&WorkerConnection> = members.iter().filter_map(|m| m.connection.as_ref().ok()).collect();
+    let live: Vec<&WorkerConnection> = members
+        .iter()
+        .filter_map(|m| m.connection.as_ref().ok())
+        .collect();
     let done = Arc::new(AtomicUsize::new(0));
     let progress = std::io::stderr().is_terminal().then(|| {
         let done = Arc::clone(&done);
@@ -297,7 +323,11 @@ async fn sweep_members(context: &Context, members: &[Member]) -> Vec<Result<f64,
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(1)).await;
             loop {
-                eprint!("\rsweeping: {}/{} answered", done.load(Ordering::Relaxed), total);
+                eprint!(
+                    "\rsweeping: {}/{} answered",
+                    done.load(Ordering::Relaxed),
+                    total
+                );
                 let _ = std::io::stderr().flush();
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -354,7 +384,10 @@ fn seconds_cell(outcome: &Result<f64, Error>) -> String {
 fn print_idle(context: &Context, members: &[Member], outcomes: &[Result<f64, Error>]) -> bool {
     let mut all_ok = true;
     if context.output == Output::Table {
-        print_line(format!("{:<36}  {:>12}  {}", "TARGET", "IDLE_SECONDS", "STATUS"));
+        print_line(format!(
+            "{:<36}  {:>12}  {}",
+            "TARGET", "IDLE_SECONDS", "STATUS"
+        ));
     }
     for (member, outcome) in members.iter().zip(outcomes) {
         all_ok &= outcome.is_ok();
@@ -378,7 +411,11 @@ fn print_idle(context: &Context, members: &[Member], outcomes: &[Result<f64, Err
                     Ok(_) => "ok".to_string(),
                     Err(error) => error.to_string(),
                 };
-                print_line(format!("{:<36}  {:>12}  {status}", member.target, seconds_cell(outcome)));
+                print_line(format!(
+                    "{:<36}  {:>12}  {status}",
+                    member.target,
+                    seconds_cell(outcome)
+                ));
             }
         }
     }
@@ -402,7 +439,11 @@ fn print_discovered(output: Output, worker: &DiscoveredWorker, event: Option<&st
                 worker.version,
                 if worker.secure { "tls" } else { "plain" },
                 worker.identity.as_deref().unwrap_or("-"),
-                if tags.is_empty() { "-".to_string() } else { tags },
+                if tags.is_empty() {
+                    "-".to_string()
+                } else {
+                    tags
+                },
             ));
         }
     }
@@ -411,15 +452,33 @@ fn print_discovered(output: Output, worker: &DiscoveredWorker, event: Option<&st
 fn discovered_header(event: bool) {
     print_line(format!(
         "{}{:<36}  {:<21}  {:>7}  {:<8}  {:<6}  {:<16}  {}",
-        if event { format!("{:<15} ", "EVENT") } else { String::new() },
-        "UID", "ADDRESS", "PID", "VERSION", "SERVES", "IDENTITY", "TAGS"
+        if event {
+            format!("{:<15} ", "EVENT")
+        } else {
+            String::new()
+        },
+        "UID",
+        "ADDRESS",
+        "PID",
+        "VERSION",
+        "SERVES",
+        "IDENTITY",
+        "TAGS"
     ));
 }
 
-fn print_decisions(context: &Context, members: &[Member], decisions: &[Decision], dry_run: bool) -> bool {
+fn print_decisions(
+    context: &Context,
+    members: &[Member],
+    decisions: &[Decision],
+    dry_run: bool,
+) -> bool {
     let mut all_ok = true;
     if context.output == Output::Table {
-        print_line(format!("{:<36}  {:>12}  {:<12}  {:<17}  {}", "TARGET", "IDLE_SECONDS", "ACTION", "REASON", "DETAIL"));
+        print_line(format!(
+            "{:<36}  {:>12}  {:<12}  {:<17}  {}",
+            "TARGET", "IDLE_SECONDS", "ACTION", "REASON", "DETAIL"
+        ));
     }
     for (member, decision) in members.iter().zip(decisions) {
         all_ok &= decision.idle.is_ok() && !matches!(decision.stop, Some(Err(_)));
@@ -510,7 +569,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             all_ok
         }
-        Command::Discover { namespace, lan, watch, listen } => {
+        Command::Discover {
+            namespace,
+            lan,
+            watch,
+            listen,
+        } => {
             let discovery = discovery(&namespace, lan, Some(listen))?;
             if watch {
                 return watch_pool(context.output, &discovery).await;
@@ -530,7 +594,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             true
         }
-        Command::Reap { idle_over, keep, grace, max_stops, dry_run, interval, fleet } => {
+        Command::Reap {
+            idle_over,
+            keep,
+            grace,
+            max_stops,
+            dry_run,
+            interval,
+            fleet,
+        } => {
             let mut policy = RetirePolicy::new(idle_over);
             policy.grace = grace;
             policy.stop_timeout = context.stop_timeout(grace);
@@ -543,11 +615,22 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 let members = context.members(&fleet)?;
                 let polls = sweep_members(&context, &members).await;
                 let mut decisions = retire::decide(polls, &policy);
-                let live: Vec<usize> = (0..members.len()).filter(|&i| members[i].connection.is_ok()).collect();
-                let connections: Vec<&WorkerConnection> =
-                    live.iter().map(|&i| members[i].connection.as_ref().expect("live")).collect();
-                let mut live_decisions: Vec<Decision> = live.iter().map(|&i| decisions[i].clone()).collect();
-                retire::apply(&connections, &mut live_decisions, &policy, context.max_in_flight).await?;
+                let live: Vec<usize> = (0..members.len())
+                    .filter(|&i| members[i].connection.is_ok())
+                    .collect();
+                let connections: Vec<&WorkerConnection> = live
+                    .iter()
+                    .map(|&i| members[i].connection.as_ref().expect("live"))
+                    .collect();
+                let mut live_decisions: Vec<Decision> =
+                    live.iter().map(|&i| decisions[i].clone()).collect();
+                retire::apply(
+                    &connections,
+                    &mut live_decisions,
+                    &policy,
+                    context.max_in_flight,
+                )
+                .await?;
                 for (&index, decision) in live.iter().zip(live_decisions) {
                     decisions[index] = decision;
                 }

@@ -110,7 +110,11 @@ pub struct wool_watch {
 }
 
 /// The backend `backend` names for `namespace`; `listen` is the LAN listing window.
-fn discovery(namespace: &str, backend: c_int, listen: Option<Duration>) -> Result<Discovery, Error> {
+fn discovery(
+    namespace: &str,
+    backend: c_int,
+    listen: Option<Duration>,
+) -> Result<Discovery, Error> {
     match backend {
         WOOL_DISCOVERY_LOCAL => Ok(Discovery::Local(LocalDiscovery::new(namespace)?)),
         WOOL_DISCOVERY_LAN => {

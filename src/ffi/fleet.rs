@@ -97,8 +97,8 @@ unsafe fn sweep_handles(
         max_in_flight,
         timeout,
     };
-    let mut polls = runtime::block_on(async move { crate::fleet::sweep(live, &options).await })??
-        .into_iter();
+    let mut polls =
+        runtime::block_on(async move { crate::fleet::sweep(live, &options).await })??.into_iter();
     Ok(connections
         .iter()
         .enumerate()

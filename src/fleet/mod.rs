@@ -26,6 +26,8 @@ pub mod discovery;
 pub mod retire;
 mod sweep;
 
-pub use discovery::{DiscoveredWorker, Discovery, DiscoveryEvent, LanDiscovery, LocalDiscovery, Watch};
+pub use discovery::{
+    DiscoveredWorker, Discovery, DiscoveryEvent, LanDiscovery, LocalDiscovery, Watch,
+};
 pub use retire::{Decision, Reason, RetirePolicy};
 pub use sweep::{sweep, sweep_observed, SweepOptions};

@@ -220,7 +220,7 @@ where
         .filter(|&index| decisions[index].retires())
         .collect();
     let stops = retiring.into_iter().map(|index| async move {
-            let worker: &WorkerConnection = workers[index].borrow();
+        let worker: &WorkerConnection = workers[index].borrow();
         (index, worker.stop(policy.grace, policy.stop_timeout).await)
     });
     let mut stops = futures_util::stream::iter(stops).buffer_unordered(max_in_flight.max(1));
@@ -286,7 +286,10 @@ mod tests {
     }
 
     fn reasons(polls: Vec<Result<f64, Error>>, policy: &RetirePolicy) -> Vec<Reason> {
-        decide(polls, policy).into_iter().map(|d| d.reason).collect()
+        decide(polls, policy)
+            .into_iter()
+            .map(|d| d.reason)
+            .collect()
     }
 
     #[test]
@@ -296,15 +299,35 @@ mod tests {
             Ok(0.0),
             Ok(10.0),
             Ok(60.0),
-            Err(Error::new(ErrorKind::IdleUnavailable, Some(tonic::Code::Unimplemented), "old")),
+            Err(Error::new(
+                ErrorKind::IdleUnavailable,
+                Some(tonic::Code::Unimplemented),
+                "old",
+            )),
             Err(unreachable()),
-            Err(Error::new(ErrorKind::Handshake, Some(tonic::Code::Unauthenticated), "tls")),
-            Err(Error::new(ErrorKind::Rpc, Some(tonic::Code::Internal), "nonsense")),
+            Err(Error::new(
+                ErrorKind::Handshake,
+                Some(tonic::Code::Unauthenticated),
+                "tls",
+            )),
+            Err(Error::new(
+                ErrorKind::Rpc,
+                Some(tonic::Code::Internal),
+                "nonsense",
+            )),
         ];
         use Reason::*;
         assert_eq!(
             reasons(polls, &policy),
-            vec![Busy, BelowThreshold, Idle, IdleUnavailable, Unreachable, Unreachable, PollFailed]
+            vec![
+                Busy,
+                BelowThreshold,
+                Idle,
+                IdleUnavailable,
+                Unreachable,
+                Unreachable,
+                PollFailed
+            ]
         );
     }
 
@@ -320,7 +343,10 @@ mod tests {
             vec![Minimum, Idle, Unreachable, Idle, Busy]
         );
         policy.keep_min = 10;
-        assert_eq!(reasons(vec![Ok(9.0), Ok(9.0)], &policy), vec![Minimum, Minimum]);
+        assert_eq!(
+            reasons(vec![Ok(9.0), Ok(9.0)], &policy),
+            vec![Minimum, Minimum]
+        );
     }
 
     #[test]
@@ -341,7 +367,10 @@ mod tests {
         let mut policy = RetirePolicy::new(Duration::from_secs(1));
         policy.grace = Grace::Within(Duration::from_secs(30));
         policy.stop_timeout = Some(Duration::from_secs(30));
-        assert_eq!(policy.validate().unwrap_err().kind(), ErrorKind::InvalidArgument);
+        assert_eq!(
+            policy.validate().unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
         policy.stop_timeout = Some(Duration::from_secs(31));
         assert!(policy.validate().is_ok());
         policy.grace = Grace::Unbounded;

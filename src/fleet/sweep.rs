@@ -39,7 +39,9 @@ impl SweepOptions {
             return Err(Error::invalid_argument("max_in_flight must be at least 1"));
         }
         if self.timeout == Some(Duration::ZERO) {
-            return Err(Error::invalid_argument("the sweep's timeout must be positive"));
+            return Err(Error::invalid_argument(
+                "the sweep's timeout must be positive",
+            ));
         }
         Ok(())
     }
@@ -78,8 +80,10 @@ where
     let deadline = options.timeout.and_then(|limit| started.checked_add(limit));
     let timeout = options.timeout;
     let mut outcomes: Vec<Option<Result<f64, Error>>> = Vec::new();
-    let polls = workers.into_iter().enumerate().map(|(index, worker)| {
-        async move {
+    let polls = workers
+        .into_iter()
+        .enumerate()
+        .map(|(index, worker)| async move {
             let left = match deadline {
                 None => None,
                 Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
@@ -91,8 +95,7 @@ where
                 },
             };
             (index, worker.borrow().idle(left).await)
-        }
-    });
+        });
     let mut polls = futures_util::stream::iter(polls).buffer_unordered(options.max_in_flight);
     while let Some((index, outcome)) = polls.next().await {
         observe(index, &outcome);

@@ -392,7 +392,9 @@ impl WoolPool {
         let mut command = match netns {
             Some(ns) => {
                 let mut command = Command::new("ip");
-                command.args(["netns", "exec", ns]).arg(wool_python("0.15.7"));
+                command
+                    .args(["netns", "exec", ns])
+                    .arg(wool_python("0.15.7"));
                 command
             }
             None => Command::new(wool_python("0.15.7")),
@@ -435,11 +437,17 @@ impl WoolPool {
     }
 
     /// Wool's own subscriber's listing of `namespace` (`wool_pool.py subscribe`), as JSON.
-    pub fn wool_listing(namespace: &str, extra: &[&str], netns: Option<&str>) -> Vec<serde_json::Value> {
+    pub fn wool_listing(
+        namespace: &str,
+        extra: &[&str],
+        netns: Option<&str>,
+    ) -> Vec<serde_json::Value> {
         let mut command = match netns {
             Some(ns) => {
                 let mut command = Command::new("ip");
-                command.args(["netns", "exec", ns]).arg(wool_python("0.15.7"));
+                command
+                    .args(["netns", "exec", ns])
+                    .arg(wool_python("0.15.7"));
                 command
             }
             None => Command::new(wool_python("0.15.7")),
@@ -452,7 +460,10 @@ impl WoolPool {
             .output()
             .expect("the Wool subscriber runs");
         let text = String::from_utf8_lossy(&output.stdout);
-        assert!(text.trim_end().ends_with("done"), "Wool's subscriber: {text}");
+        assert!(
+            text.trim_end().ends_with("done"),
+            "Wool's subscriber: {text}"
+        );
         text.lines()
             .filter(|l| l.starts_with('{'))
             .map(|l| serde_json::from_str(l).unwrap())

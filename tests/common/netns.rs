@@ -158,4 +158,3 @@ pub fn link_or_skip(tag: &str) -> Option<Link> {
         }
     }
 }
-

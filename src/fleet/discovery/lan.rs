@@ -162,7 +162,8 @@ fn service_type(namespace: &str) -> String {
 /// The uid in an instance name `<uuid>.<service type>`.
 fn instance_uid(fullname: &str) -> Result<Uuid, String> {
     let label = fullname.split('.').next().unwrap_or_default();
-    Uuid::parse_str(label).map_err(|_| format!("instance name {fullname:?} does not start with a UUID"))
+    Uuid::parse_str(label)
+        .map_err(|_| format!("instance name {fullname:?} does not start with a UUID"))
 }
 
 /// Wool's `_deserialize_metadata` for a resolved service; the error says why it was refused.
@@ -174,14 +175,18 @@ fn from_service(service: &ResolvedService) -> Result<DiscoveredWorker, String> {
     };
     let uid = instance_uid(&service.fullname)?;
     let pid = property("pid").ok_or("no pid property")?;
-    let pid: i32 = pid.parse().map_err(|_| format!("pid {pid:?} is not a number"))?;
+    let pid: i32 = pid
+        .parse()
+        .map_err(|_| format!("pid {pid:?} is not a number"))?;
     let version = property("version").ok_or("no version property")?.to_owned();
     let tags: BTreeSet<String> = match property("tags") {
-        Some(json) => serde_json::from_str(json).map_err(|e| format!("tags are not a JSON list of strings: {e}"))?,
+        Some(json) => serde_json::from_str(json)
+            .map_err(|e| format!("tags are not a JSON list of strings: {e}"))?,
         None => BTreeSet::new(),
     };
     let extra: BTreeMap<String, String> = match property("extra") {
-        Some(json) => serde_json::from_str(json).map_err(|e| format!("extra is not a JSON object of strings: {e}"))?,
+        Some(json) => serde_json::from_str(json)
+            .map_err(|e| format!("extra is not a JSON object of strings: {e}"))?,
         None => BTreeMap::new(),
     };
     let secure = property("secure").is_some_and(|s| s.eq_ignore_ascii_case("true"));
@@ -218,7 +223,10 @@ mod tests {
     #[test]
     fn instance_names_carry_the_uid() {
         let uid = Uuid::new_v4();
-        assert_eq!(instance_uid(&format!("{uid}._wool-d265ae._tcp.local.")).unwrap(), uid);
+        assert_eq!(
+            instance_uid(&format!("{uid}._wool-d265ae._tcp.local.")).unwrap(),
+            uid
+        );
         assert!(instance_uid("printer._ipp._tcp.local.").is_err());
     }
 }

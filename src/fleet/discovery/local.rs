@@ -166,14 +166,14 @@ impl LocalDiscovery {
             tracing::debug!(namespace = %self.namespace, "registry header not yet written");
             return Ok(Vec::new());
         };
-        Ok(slots
-            .filter_map(|uid| self.read_record(uid))
-            .collect())
+        Ok(slots.filter_map(|uid| self.read_record(uid)).collect())
     }
 
     /// The record of the worker in a slot, or `None` (with a log line) when it cannot be read.
     fn read_record(&self, slot_uid: Uuid) -> Option<DiscoveredWorker> {
-        let path = self.shm_dir.join(short_hash(&slot_uid.simple().to_string()));
+        let path = self
+            .shm_dir
+            .join(short_hash(&slot_uid.simple().to_string()));
         let skip = |why: &str| {
             tracing::warn!(namespace = %self.namespace, worker = %slot_uid, "skipping a registry record: {why}");
             None
@@ -301,7 +301,9 @@ mod tests {
     #[test]
     fn bad_records_are_refused_with_a_reason() {
         assert!(decode_record(&[1, 0]).unwrap_err().contains("prefix"));
-        assert!(decode_record(&[9, 0, 0, 0, 1]).unwrap_err().contains("half-written"));
+        assert!(decode_record(&[9, 0, 0, 0, 1])
+            .unwrap_err()
+            .contains("half-written"));
         assert!(decode_record(&[0, 0, 0, 0]).unwrap_err().contains("empty"));
         let mut junk = 3u32.to_ne_bytes().to_vec();
         junk.extend([0xff, 0xff, 0xff]);
@@ -390,8 +392,17 @@ mod tests {
         assert_eq!(worker.identity.as_deref(), Some("worker-0"));
         assert!(worker.secure && worker.tags.contains("gpu"));
         let log = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
-        assert_eq!(log.matches("skipping a registry record").count(), 4, "{log}");
-        for why in ["missing", "half-written", "another worker", "WorkerMetadata"] {
+        assert_eq!(
+            log.matches("skipping a registry record").count(),
+            4,
+            "{log}"
+        );
+        for why in [
+            "missing",
+            "half-written",
+            "another worker",
+            "WorkerMetadata",
+        ] {
             assert!(log.contains(why), "no line about {why}: {log}");
         }
     }
@@ -404,6 +415,10 @@ mod tests {
                 ErrorKind::InvalidArgument
             );
         }
-        assert!(LocalDiscovery::new("batch").unwrap().list().unwrap().is_empty());
+        assert!(LocalDiscovery::new("batch")
+            .unwrap()
+            .list()
+            .unwrap()
+            .is_empty());
     }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde::Serialize;
 use uuid::Uuid;
 
-pub use lan::LanDiscovery;
+pub use lan::{LanDiscovery, DEFAULT_LISTEN};
 pub use local::LocalDiscovery;
 
 use crate::connection::{ChannelOptions, Error, WorkerConnection, WorkerCredentials};
@@ -282,7 +282,9 @@ mod tests {
         let events = roster.replace(vec![worker(1, "a:1"), worker(2, "b:2")]);
         assert_eq!(events.len(), 2);
         assert!(events.iter().all(|e| matches!(e, DiscoveryEvent::Added(_))));
-        assert!(roster.replace(vec![worker(1, "a:1"), worker(2, "b:2")]).is_empty());
+        assert!(roster
+            .replace(vec![worker(1, "a:1"), worker(2, "b:2")])
+            .is_empty());
         let events = roster.replace(vec![worker(1, "a:9")]);
         assert_eq!(
             events,
@@ -307,6 +309,9 @@ mod tests {
     #[test]
     fn events_serialize_with_wools_event_names() {
         let json = serde_json::to_string(&DiscoveryEvent::Dropped(worker(5, "h:1"))).unwrap();
-        assert!(json.starts_with(r#"{"event":"worker-dropped","worker":{"uid":"05050505-"#), "{json}");
+        assert!(
+            json.starts_with(r#"{"event":"worker-dropped","worker":{"uid":"05050505-"#),
+            "{json}"
+        );
     }
 }
