@@ -315,3 +315,53 @@ fn a_slow_sweep_on_a_terminal_shows_progress_on_stderr() {
         "progress stays off stdout: {results}"
     );
 }
+
+/// Given a fresh worker, when `woolctl reap --interval` runs rounds every 200 ms with a 0.7 s
+/// threshold, then it keeps the worker at first, retires it once idle long enough (the worker
+/// exits 0), and ends on SIGTERM.
+#[test]
+fn reap_with_an_interval_runs_rounds_until_terminated() {
+    let mut worker = WorkerProcess::plaintext();
+    let reap = Command::new(env!("CARGO_BIN_EXE_woolctl"))
+        .args([
+            "reap",
+            "--idle-over",
+            "700ms",
+            "--grace",
+            "0",
+            "--interval",
+            "200ms",
+            "--output",
+            "json",
+            &worker.address,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(
+        worker.wait_exit(Duration::from_secs(15)),
+        Some(0),
+        "retired by a later round"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(reap.id() as i32, libc::SIGTERM) };
+    let output = reap.wait_with_output().unwrap();
+    let lines = json_lines(&output);
+    assert_eq!(lines[0]["reason"], "below-threshold", "{lines:?}");
+    let retired = lines
+        .iter()
+        .position(|l| l["action"] == "retired")
+        .expect("a retiring round");
+    assert!(retired > 0);
+    // Rounds after the retirement find the worker gone: unreachable, so the run reports failure.
+    assert!(
+        lines[retired + 1..]
+            .iter()
+            .all(|l| l["reason"] == "unreachable"),
+        "{lines:?}"
+    );
+    assert_eq!(code(&output), 1);
+}

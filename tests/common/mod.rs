@@ -30,6 +30,9 @@ pub struct Pki {
     pub ca_pem: String,
     pub ca_path: PathBuf,
     pub leaf: Leaf,
+    /// A leaf of the same CA valid for [`NAMED_LEAF_IDENTITY`] only (no IP address): reached at
+    /// 127.0.0.1, it verifies only against that identity.
+    pub named_leaf: Leaf,
     pub other_ca_pem: String,
     pub other_ca_path: PathBuf,
     pub other_leaf: Leaf,
@@ -48,8 +51,17 @@ fn new_ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
 }
 
 fn new_leaf(ca: &CertifiedIssuer<'static, KeyPair>, dir: &Path, stem: &str) -> Leaf {
+    new_leaf_for(ca, dir, stem, &["127.0.0.1", "localhost"])
+}
+
+fn new_leaf_for(
+    ca: &CertifiedIssuer<'static, KeyPair>,
+    dir: &Path,
+    stem: &str,
+    names: &[&str],
+) -> Leaf {
     let mut params =
-        CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
     params
         .distinguished_name
         .push(DnType::CommonName, "wool-test-worker");
@@ -75,6 +87,9 @@ fn new_leaf(ca: &CertifiedIssuer<'static, KeyPair>, dir: &Path, stem: &str) -> L
     leaf
 }
 
+/// The only name [`Pki::named_leaf`] is valid for.
+pub const NAMED_LEAF_IDENTITY: &str = "wool-pool.test";
+
 impl Pki {
     pub fn generate() -> Self {
         let dir = tempfile::tempdir().unwrap();
@@ -85,11 +100,13 @@ impl Pki {
         std::fs::write(&ca_path, ca.pem()).unwrap();
         std::fs::write(&other_ca_path, other.pem()).unwrap();
         let leaf = new_leaf(&ca, dir.path(), "worker");
+        let named_leaf = new_leaf_for(&ca, dir.path(), "named", &[NAMED_LEAF_IDENTITY]);
         let other_leaf = new_leaf(&other, dir.path(), "other");
         Self {
             ca_pem: ca.pem(),
             ca_path,
             leaf,
+            named_leaf,
             other_ca_pem: other.pem(),
             other_ca_path,
             other_leaf,

@@ -6,6 +6,7 @@ Usage (from the wool 0.15.7 venv made by scripts/setup-venvs.sh):
 
     python wool_pool.py pool NAMESPACE [--spawn N] [--lan] [--advertise-host HOST]
                              [--busy SECONDS] [--busy-count K]
+                             [--tls-ca CA --tls-cert CERT --tls-key KEY [--identity NAME]]
     python wool_pool.py subscribe NAMESPACE [--lan] [--seconds S]
 
 pool: starts ``WorkerPool(spawn=N, discovery=LocalDiscovery(NAMESPACE))`` (or
@@ -17,7 +18,10 @@ flushed:
     busy-done               (--busy) every task returned its result
     busy-error: CLASS: MSG  (--busy) a task failed (e.g. cancelled by a stop with no grace)
 
-and runs until SIGTERM/SIGINT or until its stdin (when a pipe) reaches end-of-file.
+With --tls-*, the pool's workers serve mutual TLS with those files
+(``WorkerCredentials.from_files``) and advertise ``secure``; --identity makes them advertise
+that name (the pool's ``identity``) for peers to verify their certificate against. The pool
+runs until SIGTERM/SIGINT or until its stdin (when a pipe) reaches end-of-file.
 
 subscribe: iterates Wool's own subscriber for the namespace for S seconds (default 2) and
 prints one JSON object per worker it then holds (uid, address, pid, version, tags, extra,
@@ -63,7 +67,16 @@ async def run_pool(args) -> None:
     mode = os.fstat(0).st_mode
     if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
         loop.add_reader(0, lambda: (os.read(0, 4096) or stop.set()))
-    async with wool.WorkerPool(spawn=args.spawn, discovery=discovery(args)):
+    tls = {}
+    if args.tls_ca:
+        from wool.runtime.worker.auth import WorkerCredentials
+
+        tls["credentials"] = WorkerCredentials.from_files(
+            ca_path=args.tls_ca, key_path=args.tls_key, cert_path=args.tls_cert, mutual=True
+        )
+        if args.identity:
+            tls["identity"] = args.identity
+    async with wool.WorkerPool(spawn=args.spawn, discovery=discovery(args), **tls):
         emit("ready")
         busy = None
         if args.busy is not None:
@@ -125,6 +138,10 @@ def main() -> int:
     parser.add_argument("--busy", type=float)
     parser.add_argument("--busy-count", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--tls-ca")
+    parser.add_argument("--tls-cert")
+    parser.add_argument("--tls-key")
+    parser.add_argument("--identity")
     args = parser.parse_args()
     try:
         asyncio.run(run_pool(args) if args.mode == "pool" else run_subscribe(args))
