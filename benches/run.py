@@ -7,7 +7,10 @@ can be: ``python3 benches/run.py --bench-bin PATH --c-bin DIR --go-bin PATH --wo
 and the "grpc_go" concurrency driver; left out, with a note, when that file does not exist).
 
 Writes target/bench/results.json and prints a markdown table on stdout (progress goes to
-stderr). Nothing here asserts on time: the targets are *reported* (met / missed, with
+stderr). ``--only SECTIONS`` (sequential, concurrency, fleet, memory, dispatch, discovery) runs
+some sections: written to results-SECTIONS.json and merged into results.json, and (not QUICK)
+the generated block of BENCHMARKS.md gets those sections (fleet: 3, discovery: 6) and their
+target rows replaced, with a "Re-measured" line; the rest of the block is left as it was. Nothing here asserts on time: the targets are *reported* (met / missed, with
 the measured ratio), never enforced.
 
 Every knob is an environment variable (defaults give a full run of about 3-4 minutes on a
@@ -23,8 +26,17 @@ Every knob is an environment variable (defaults give a full run of about 3-4 min
     FLOOR_N                          ping-pong round trips of the floor (g)
     LEVELS, BURST_SECONDS            concurrency levels and time per level (>= 1 burst each)
     C_MAX_THREADS                    (fixed at 256 in benches/c/idle_bench.c; reported)
-    FLEET_N, FLEET_CONCURRENCY,      endpoints, polls in flight, warm sweeps per process,
-    FLEET_SWEEPS, FLEET_COLD_RUNS    sweep processes (each starts with one cold sweep)
+    FLEET_SIZES, FLEET_CONCURRENCY,  fleet sizes ("1000,10000"; QUICK: "1000"; FLEET_N is an
+    FLEET_SWEEPS, FLEET_COLD_RUNS    old name), polls in flight (max_in_flight, 100), warm sweeps
+                                     per process, client processes per host and size (each
+                                     starts with one cold sweep)
+    FLEET_PER_SERVER, FLEET_TIMEOUT  workers per fleet-serve process (2500: the fd limit caps a
+                                     process's listeners), each sweep's deadline (s)
+    FLEET_HOSTS                      e.g. "rust,c,go,py_aio,py_sync,woolctl" (default: all found)
+    DISCOVERY_WORKERS, DISCOVERY_REPS, DISCOVERY_POLL_N, DISCOVERY_STRACE, DISCOVERY_STRACE_REPS
+                                     registry size (128), listings timed, sequential polls in
+                                     the same process, strace -c of DISCOVERY_STRACE_REPS
+                                     listings (1; 0 in QUICK)
     MEM_HANDLES, MEM_WOOL            handle counts; MEM_WOOL=0 skips Wool's Python client
     DISPATCH_SECONDS, DISPATCH_CONCURRENCY, DISPATCH_BYTES, IDLE_COST_REPS, POLLER_HZ
     UDS                              1 (default; 0 in QUICK) adds "(c) over a Unix socket" (extra)
@@ -37,6 +49,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import signal
 import statistics
 import subprocess
@@ -63,10 +76,19 @@ CFG = {
     "FLOOR_N": env("FLOOR_N", 20000, 5000),
     "LEVELS": env("LEVELS", "1,16,256,10000", "1,16,256,10000"),
     "BURST_SECONDS": env("BURST_SECONDS", 2.0, 0.3),
-    "FLEET_N": env("FLEET_N", 1000, 1000),
-    "FLEET_CONCURRENCY": env("FLEET_CONCURRENCY", 64, 64),
+    "FLEET_SIZES": env("FLEET_SIZES", os.environ.get("FLEET_N", "1000,10000"),
+                       os.environ.get("FLEET_N", "1000")),
+    "FLEET_CONCURRENCY": env("FLEET_CONCURRENCY", 100, 100),
     "FLEET_SWEEPS": env("FLEET_SWEEPS", 9, 2),
     "FLEET_COLD_RUNS": env("FLEET_COLD_RUNS", 3, 1),
+    "FLEET_PER_SERVER": env("FLEET_PER_SERVER", 2500, 2500),
+    "FLEET_TIMEOUT": env("FLEET_TIMEOUT", 30.0, 30.0),
+    "FLEET_HOSTS": env("FLEET_HOSTS", "", ""),
+    "DISCOVERY_WORKERS": env("DISCOVERY_WORKERS", 128, 128),
+    "DISCOVERY_REPS": env("DISCOVERY_REPS", 2000, 200),
+    "DISCOVERY_POLL_N": env("DISCOVERY_POLL_N", 2000, 500),
+    "DISCOVERY_STRACE": env("DISCOVERY_STRACE", 1, 0),
+    "DISCOVERY_STRACE_REPS": env("DISCOVERY_STRACE_REPS", 100, 20),
     "MEM_HANDLES": env("MEM_HANDLES", "1,10000", "1,10000"),
     "MEM_WOOL": env("MEM_WOOL", 1, 0),
     "DISPATCH_SECONDS": env("DISPATCH_SECONDS", 3.0, 0.5),
@@ -345,57 +367,215 @@ def section_concurrency(tools: dict, addr: str, worker: Server) -> dict:
     return out
 
 
-def section_fleet(tools: dict) -> dict:
-    n = CFG["FLEET_N"]
-    log(f"fleet: serving {n} workers in one process")
-    fleet = subprocess.Popen([str(tools["bench"]), "fleet-serve", str(n)], stdout=subprocess.PIPE,
-                             stdin=subprocess.PIPE, text=True)
-    addrs = []
-    try:
-        t = time.perf_counter()
-        for line in fleet.stdout:
+FLEET_HOSTS = {  # key: label in the tables
+    "rust": "Rust, wool::fleet::sweep",
+    "c": "C, wool_idle_many",
+    "go": "Go, IdleMany",
+    "py_aio": "Python, libwool.aio.idle_many",
+    "py_sync": "Python, libwool.fleet.sweep (blocking)",
+    "woolctl": "woolctl sweep (a process per sweep: cold only)",
+}
+
+
+def fleet_serve(tools: dict, total: int, per_server: int) -> tuple[list, list[list[str]], float]:
+    """Starts ceil(total / per_server) `wool_bench fleet-serve` processes at once (one port per
+    Worker: the fd limit caps a process's listeners); returns them and their addresses."""
+    count = max(1, -(-total // per_server))
+    sizes = [total // count + (1 if i < total % count else 0) for i in range(count)]
+    log(f"fleet: serving {total} workers from {count} process(es) ({', '.join(map(str, sizes))})")
+    t = time.perf_counter()
+    procs = [subprocess.Popen([str(tools["bench"]), "fleet-serve", str(n)], stdout=subprocess.PIPE,
+                              stdin=subprocess.PIPE, text=True) for n in sizes]
+    addrs: list[list[str]] = []
+    for proc, n in zip(procs, sizes):
+        got = []
+        for line in proc.stdout:
             line = line.strip()
             if line == "ready":
                 break
-            addrs.append(line)
-        started = time.perf_counter() - t
-        if len(addrs) != n:
-            raise RuntimeError(f"fleet-serve gave {len(addrs)} addresses, wanted {n}")
-        path = OUT / "tmp" / "fleet.addrs"
-        path.write_text("\n".join(addrs) + "\n")
-        runs, c_runs = [], []
-        libenv = dict(os.environ)
-        for r in range(CFG["FLEET_COLD_RUNS"]):
-            log(f"fleet: sweep process {r + 1}/{CFG['FLEET_COLD_RUNS']} (1 cold + "
-                f"{CFG['FLEET_SWEEPS']} warm sweeps, {CFG['FLEET_CONCURRENCY']} in flight)")
-            runs.append(run_json([str(tools["bench"]), "sweep", str(path),
-                                  str(CFG["FLEET_CONCURRENCY"]), str(CFG["FLEET_SWEEPS"])],
-                                 "sweep"))
-            time.sleep(0.5)
-            log(f"fleet: C wool_idle_many {r + 1}/{CFG['FLEET_COLD_RUNS']}")
-            c_runs.append(run_json([str(tools["c_idle"]), "many", str(path),
-                                    str(CFG["FLEET_CONCURRENCY"]), str(CFG["FLEET_SWEEPS"])],
-                                   "wool_idle_many", env=libenv))
-            time.sleep(0.5)
-    finally:
-        fleet.stdin.close()
+            got.append(line)
+        if len(got) != n:
+            stop_fleet(procs)
+            raise RuntimeError(f"fleet-serve gave {len(got)} addresses, wanted {n}")
+        addrs.append(got)
+    return procs, addrs, time.perf_counter() - t
+
+
+def stop_fleet(procs: list) -> None:
+    for proc in procs:
         try:
-            fleet.wait(30)
+            proc.stdin.close()
+        except OSError:
+            pass
+    for proc in procs:
+        try:
+            proc.wait(60)
         except subprocess.TimeoutExpired:
-            fleet.kill()
-            fleet.wait()
-    warm = [t for r in runs for t in r["warm_ms"]]
-    cold = [r["cold_ms"] for r in runs]
-    return {"endpoints": n, "concurrency": CFG["FLEET_CONCURRENCY"],
-            "fleet_start_s": round(started, 2),
-            "cold_ms": cold, "cold_median_ms": round(statistics.median(cold), 2),
-            "warm_ms": warm, "warm_median_ms": round(statistics.median(warm), 2) if warm else None,
-            "failures": sum(sum(r["failures"]) for r in runs),
-            "c_many": {
-                "cold_median_ms": round(statistics.median(r["cold_ms"] for r in c_runs), 2),
-                "warm_median_ms": round(statistics.median(
-                    t for r in c_runs for t in r["warm_ms"]), 2),
-                "failures": sum(sum(r["failures"]) for r in c_runs)} if c_runs else None}
+            proc.kill()
+            proc.wait()
+
+
+def woolctl_sweep(tools: dict, addrs: list[str], conc: int, timeout: float) -> dict:
+    """One `woolctl sweep` process over `addrs` (JSON output): its wall time is the cold sweep
+    (process start, connections, polls, output)."""
+    argv = [str(tools["woolctl"]), "--output", "json", "--max-in-flight", str(conc),
+            "--rpc-timeout", f"{timeout:g}s", "sweep", *addrs]
+    t = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    wall = (time.perf_counter() - t) * 1e3
+    rows = [json.loads(l) for l in done.stdout.splitlines() if l.strip().startswith("{")]
+    if done.returncode not in (0, 1) or len(rows) != len(addrs):
+        raise RuntimeError(f"woolctl sweep failed ({done.returncode}, {len(rows)} rows): "
+                           f"{done.stderr.strip()[-2000:]}")
+    failed = [r for r in rows if not r.get("ok")]
+    return {"endpoints": len(rows), "concurrency": conc, "cold_ms": round(wall, 2), "warm_ms": [],
+            "failures": [len(failed)],
+            "first_error": json.dumps(failed[0].get("error")) if failed else ""}
+
+
+def section_fleet(tools: dict) -> dict:
+    """Sweeps of FLEET_SIZES workers from every host, side by side: the fleet is served once
+    (several fleet-serve processes), each size is an interleaved subset of it (every server
+    alike), and the hosts run round-robin, one process per (run, size, host): one cold sweep
+    then FLEET_SWEEPS warm ones in that process (woolctl: the one cold sweep)."""
+    sizes = [int(x) for x in str(CFG["FLEET_SIZES"]).split(",") if x.strip()]
+    conc, sweeps, timeout = CFG["FLEET_CONCURRENCY"], CFG["FLEET_SWEEPS"], CFG["FLEET_TIMEOUT"]
+    libenv = dict(os.environ, LIBWOOL_PATH=str(tools["libwool"]))
+    py = str(tools["wool_python"])
+    driver = str(ROOT / "benches/python/fleet_sweep.py")
+    hosts = {
+        "rust": lambda path: [tools["bench"], "sweep", path, conc, sweeps, timeout],
+        "c": lambda path: [tools["c_idle"], "many", path, conc, sweeps, timeout],
+    }
+    if tools.get("go") and '"sweep"' in (ROOT / "benches/go/main.go").read_text():
+        hosts["go"] = lambda path: [tools["go"], "sweep", path, conc, sweeps, timeout]
+    hosts["py_aio"] = lambda path: [py, driver, "aio", path, conc, sweeps, timeout]
+    fleet_py = ROOT / "bindings/python/libwool/fleet.py"
+    if fleet_py.exists() and "\ndef sweep(" in fleet_py.read_text():
+        hosts["py_sync"] = lambda path: [py, driver, "sync", path, conc, sweeps, timeout]
+    if tools.get("woolctl") and Path(tools["woolctl"]).is_file():
+        hosts["woolctl"] = None
+    wanted = set(filter(None, str(CFG["FLEET_HOSTS"]).split(",")))
+    hosts = {k: v for k, v in hosts.items() if not wanted or k in wanted}
+    procs, per_server, started = fleet_serve(tools, max(sizes), CFG["FLEET_PER_SERVER"])
+    # Round-robin over the servers, so that every size is spread over all of them.
+    interleaved = [a for group in zip(*per_server) for a in group]
+    interleaved += [a for group in per_server for a in group[min(map(len, per_server)):]]
+    runs: dict[int, dict[str, list[dict]]] = {n: {k: [] for k in hosts} for n in sizes}
+    paths = {}
+    for n in sizes:
+        paths[n] = OUT / "tmp" / f"fleet-{n}.addrs"
+        paths[n].write_text("\n".join(interleaved[:n]) + "\n")
+    try:
+        for r in range(CFG["FLEET_COLD_RUNS"]):
+            for n in sizes:
+                for key, argv in hosts.items():
+                    log(f"fleet: run {r + 1}/{CFG['FLEET_COLD_RUNS']}, {n:,} workers, "
+                        f"{FLEET_HOSTS[key]} ({conc} in flight)")
+                    if key == "woolctl":
+                        res = woolctl_sweep(tools, interleaved[:n], conc, timeout)
+                    else:
+                        res = run_json([str(x) for x in argv(paths[n])], f"fleet {key} {n}",
+                                       env=libenv)
+                    runs[n][key].append(res)
+                    # Let the servers close the last client's connections.
+                    time.sleep(0.3 + n / 10000)
+    finally:
+        stop_fleet(procs)
+    med = lambda xs: round(statistics.median(xs), 2) if xs else None  # noqa: E731
+    out: dict = {"sizes": {}, "hosts": {k: FLEET_HOSTS[k] for k in hosts},
+                 "concurrency": conc, "timeout_s": timeout, "sweeps_per_process": sweeps,
+                 "processes_per_host": CFG["FLEET_COLD_RUNS"], "servers": len(procs),
+                 "fleet_start_s": round(started, 2)}
+    for n in sizes:
+        table = {}
+        for key, rs in runs[n].items():
+            cold = [x["cold_ms"] for x in rs]
+            warm = [t for x in rs for t in x["warm_ms"]]
+            table[key] = {"cold_ms": cold, "cold_median_ms": med(cold), "warm_ms": warm,
+                          "warm_median_ms": med(warm),
+                          "warm_p90_ms": round(sorted(warm)[max(0, -(-len(warm) * 9 // 10) - 1)],
+                                               2) if warm else None,
+                          "failures": sum(sum(x["failures"]) for x in rs),
+                          "first_error": next((x["first_error"] for x in rs
+                                               if x.get("first_error")), ""),
+                          "client_cpu_s": [round(x.get("_cpu_s", 0), 3) for x in rs]}
+        out["sizes"][str(n)] = table
+    # The keys of the earlier single-size section (BENCHMARKS.png, older readers): the
+    # smallest size, Rust and C.
+    small = out["sizes"][str(min(sizes))]
+    rust = small.get("rust", {})
+    out.update({"endpoints": min(sizes), "cold_median_ms": rust.get("cold_median_ms"),
+                "warm_median_ms": rust.get("warm_median_ms"), "failures": rust.get("failures", 0)})
+    if "c" in small:
+        out["c_many"] = {k: small["c"][k] for k in ("cold_median_ms", "warm_median_ms",
+                                                     "failures")}
+    return out
+
+
+def section_discovery(tools: dict, worker: Server) -> dict:
+    """A local registry of DISCOVERY_WORKERS workers written by Wool 0.15.7's own publisher
+    (benches/python/wool_registry.py, kept alive meanwhile), listed DISCOVERY_REPS times by
+    `wool_bench discover` (LocalDiscovery::new(ns)?.list()), with sequential
+    WorkerConnection::idle polls of wool-worker in the same process for comparison; then the
+    same listings under `strace -c` for the syscalls per listing."""
+    n, reps = CFG["DISCOVERY_WORKERS"], CFG["DISCOVERY_REPS"]
+    namespace = f"libwool-bench-{os.getpid()}"
+    log(f"discovery: Wool's LocalDiscovery publishing {n} workers in namespace {namespace}")
+    registry = subprocess.Popen([str(tools["wool_python"]),
+                                 str(ROOT / "benches/python/wool_registry.py"), namespace, str(n)],
+                                stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True)
+    out: dict = {"namespace": namespace, "published": n}
+    try:
+        line = registry.stdout.readline().strip()
+        if not line.startswith("ready"):
+            raise RuntimeError(f"wool_registry.py: expected ready, got {line!r}")
+        out["publisher"] = json.loads(line[len("ready"):])
+        log(f"discovery: {reps} listings, then {CFG['DISCOVERY_POLL_N']} sequential polls")
+        res = run_json([str(tools["bench"]), "discover", namespace, str(reps), worker.address,
+                        str(CFG["DISCOVERY_POLL_N"])], "discover")
+        out.update({k: res[k] for k in ("reps", "workers", "counts", "first_us", "median_us",
+                                        "p90_us", "min_us", "mean_us", "cpu_us_per_list")})
+        out["poll_same_process"] = {k: res["poll"][k] for k in ("n", "median_us", "p99_us",
+                                                                "cpu_us_per_poll")}
+        if CFG["DISCOVERY_STRACE"] and shutil.which("strace"):
+            out["strace"] = strace_listings(tools, namespace, CFG["DISCOVERY_STRACE_REPS"], n)
+    finally:
+        try:
+            registry.stdin.close()
+        except OSError:
+            pass
+        try:
+            registry.wait(30)
+        except subprocess.TimeoutExpired:
+            registry.kill()
+            registry.wait()
+    return out
+
+
+def strace_listings(tools: dict, namespace: str, reps: int, workers: int) -> dict:
+    """Syscalls of `reps` listings (strace -c -f), less those of a run with 1 listing, per
+    listing and per record."""
+    def counts(k: int) -> dict[str, int]:
+        path = OUT / "tmp" / f"strace-discover-{k}.txt"
+        subprocess.run(["strace", "-c", "-f", "-o", str(path), str(tools["bench"]), "discover",
+                        namespace, str(k)], capture_output=True, text=True, check=True,
+                       timeout=300)
+        table = {}
+        for row in path.read_text().splitlines():
+            cols = row.split()
+            # % time, seconds, usecs/call, calls, [errors,] syscall
+            if len(cols) >= 5 and cols[-1] not in ("total", "syscall") and cols[3].isdigit():
+                table[cols[-1]] = int(cols[3])
+        return table
+    log(f"discovery: strace -c of {reps} listings")
+    one, many = counts(1), counts(reps + 1)
+    per = {name: round((many.get(name, 0) - one.get(name, 0)) / reps, 2)
+           for name in set(one) | set(many)}
+    per = {k: v for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v > 0}
+    total = sum(per.values())
+    return {"reps": reps, "syscalls_per_list": round(total, 1),
+            "syscalls_per_record": round(total / max(workers, 1), 2), "per_list": per}
 
 
 def measure_handles(argv: list[str], port: int, what: str, **kw) -> dict:
@@ -645,18 +825,7 @@ def targets(res: dict) -> list[dict]:
         add("Python asyncio on libwool at 256 vs Wool's asyncio client at 256", ">= 4x",
             f"{ratio:.2f}x", ratio >= 4,
             f"{py256['polls_per_s']:,.0f} vs {wool256['polls_per_s']:,.0f} polls/s")
-    many = res["fleet"].get("c_many")
-    if many and res["fleet"]["warm_median_ms"]:
-        ratio = many["warm_median_ms"] / res["fleet"]["warm_median_ms"]
-        add(f"C fleet call (wool_idle_many) over {res['fleet']['endpoints']:,} workers, warm, "
-            "vs the Rust sweep", "<= 1.1x", f"{ratio:.2f}x", ratio <= 1.1,
-            f"{many['warm_median_ms']:.1f} vs {res['fleet']['warm_median_ms']:.1f} ms; cold "
-            f"{many['cold_median_ms']:.1f} ms; {many['failures']} failed")
-    fleet = res["fleet"]
-    warm = fleet["warm_median_ms"]
-    add(f"{fleet['endpoints']}-endpoint sweep (warm, {fleet['concurrency']} in flight)",
-        "< 250 ms", f"{warm:.1f} ms", warm is not None and warm < 250,
-        f"cold (connect + poll): {fleet['cold_median_ms']:.1f} ms")
+    rows.extend(fleet_targets(res))
     ic = disp["idle_cost"]
     cost = ic["cost_pct"]
     share = ic.get("poll_cpu_share_est_pct", ic["poll_cpu_share_of_one_core_pct"])
@@ -670,7 +839,93 @@ def targets(res: dict) -> list[dict]:
     ratio = disp["ratio_ours_to_wool_raw"]
     add("echo dispatch, ours vs Wool Python worker (same raw client)", ">= 20x", f"{ratio:.1f}x",
         ratio >= 20, f"Wool's own client end to end: {disp['ratio_ours_to_wool_e2e']:.1f}x")
+    rows.extend(discovery_targets(res))
     return rows
+
+
+def fleet_targets(res: dict) -> list[dict]:
+    """The fleet section's targets (rows named "fleet: ..."), from whatever it measured."""
+    fleet = res.get("fleet")
+    rows: list[dict] = []
+    if not fleet or "sizes" not in fleet:
+        return rows
+
+    def add(name, goal, value, met, note=""):
+        rows.append({"target": "fleet: " + name, "goal": goal, "measured": value,
+                     "met": met if met in (None, "n/a") else bool(met), "note": note})
+
+    sizes = sorted(int(n) for n in fleet["sizes"])
+    small, big = sizes[0], sizes[-1]
+    hosts = fleet["hosts"]
+    at = lambda n: fleet["sizes"][str(n)]  # noqa: E731
+    rust = at(small).get("rust")
+    if rust and rust["warm_median_ms"]:
+        for key, label in hosts.items():
+            if key == "rust":
+                continue
+            row = at(small).get(key)
+            if not row:
+                continue
+            if not row["warm_median_ms"]:
+                add(f"{small:,} workers, warm, {label} vs the Rust sweep", "<= 1.1x", "n/a",
+                    "n/a", f"one sweep per process; its cold sweep is "
+                    f"{row['cold_median_ms'] / rust['cold_median_ms']:.2f}x the Rust cold sweep "
+                    f"({row['cold_median_ms']:.1f} vs {rust['cold_median_ms']:.1f} ms, process "
+                    f"start and output included)")
+                continue
+            ratio = row["warm_median_ms"] / rust["warm_median_ms"]
+            add(f"{small:,} workers, warm, {label} vs the Rust sweep", "<= 1.1x",
+                f"{ratio:.2f}x", ratio <= 1.1,
+                f"{row['warm_median_ms']:.1f} vs {rust['warm_median_ms']:.1f} ms; "
+                f"{row['failures']} failed")
+    if big != small:
+        for key, label in hosts.items():
+            a, b = at(small).get(key), at(big).get(key)
+            if not (a and b and a["cold_median_ms"]):
+                continue
+            ratio = b["cold_median_ms"] / a["cold_median_ms"]
+            add(f"{big:,} cold vs {small:,} cold, {label}", f"<= {big / small:g}x",
+                f"{ratio:.2f}x", ratio <= big / small,
+                f"{b['cold_median_ms']:.0f} vs {a['cold_median_ms']:.1f} ms; warm "
+                + (f"{b['warm_median_ms'] / a['warm_median_ms']:.2f}x" if a["warm_median_ms"]
+                   and b["warm_median_ms"] else "n/a")
+                + f"; {b['failures']} failed")
+    if rust and rust["warm_median_ms"]:
+        warm = rust["warm_median_ms"]
+        add(f"{small:,}-endpoint sweep (warm, Rust, {fleet['concurrency']} in flight)",
+            "< 250 ms", f"{warm:.1f} ms", warm < 250,
+            f"cold (connect + poll): {rust['cold_median_ms']:.1f} ms")
+    return rows
+
+
+def discovery_targets(res: dict) -> list[dict]:
+    """The discovery section's target (rows named "discovery: ...")."""
+    disc = res.get("discovery")
+    if not disc:
+        return []
+    poll, source = discovery_poll(res)
+    ratio = disc["median_us"] / poll
+    note = (f"{disc['median_us']:.1f} vs {poll:.1f} µs ({source}); p90 {disc['p90_us']:.1f} µs; "
+            f"listed {disc['workers']} of {disc['published']}")
+    st = disc.get("strace")
+    if st:
+        note += (f"; {st['syscalls_per_list']:.0f} syscalls per listing "
+                 f"({st['syscalls_per_record']:.1f} per record)")
+    return [{"target": f"discovery: listing {disc['published']} local workers vs one sequential "
+             "idle poll", "goal": "< 1.0x", "measured": f"{ratio:.2f}x",
+             "met": ratio < 1.0 and disc["workers"] == disc["published"], "note": note}]
+
+
+def discovery_poll(res: dict) -> tuple[float, str]:
+    """The poll the listing is compared with: section 1's (b) median of this run (headline
+    layout) if it ran, else the polls measured in the discover process."""
+    seq = res.get("sequential")
+    if seq and "b" in seq:
+        return seq["b"]["median_us"], (f"(b) WorkerConnection::idle median, section 1, layout "
+                                       f"{res.get('sequential_layout', 'free')}")
+    disc = res["discovery"]
+    return disc["poll_same_process"]["median_us"], ("WorkerConnection::idle median, same "
+                                                     "process, unpinned")
 
 
 # Row order of the sequential tables; keys missing from a run (older results, no grpc-go) are
@@ -683,6 +938,89 @@ CONC_COLUMNS = (("rust_tasks", "Rust tasks, one WorkerConnection"),
                 ("py_asyncio", "libwool asyncio, one connection"),
                 ("wool_python", "Wool Python client, one WorkerConnection"),
                 ("grpc_go", "grpc-go goroutines, one ClientConn"))
+
+
+def markdown_fleet(fleet: dict) -> list[str]:
+    """Section 3 of the table."""
+    lines = ["### 3. Fleet sweep\n"]
+    if "sizes" not in fleet:  # results of the earlier single-size section
+        lines.append(f"{fleet['endpoints']:,} workers; warm {fleet['warm_median_ms']:.1f} ms, "
+                     f"cold {fleet['cold_median_ms']:.1f} ms.\n")
+        return lines
+    sizes = sorted(int(n) for n in fleet["sizes"])
+    rust = {n: fleet["sizes"][str(n)].get("rust") for n in sizes}
+    lines.append(f"Workers served by {fleet['servers']} `wool_bench fleet-serve` process(es) "
+                 f"(one port per `wool::worker::Worker`); each sweep polls every worker once, at "
+                 f"most {fleet['concurrency']} in flight, one {fleet['timeout_s']:g} s deadline; "
+                 f"{fleet['processes_per_host']} client process(es) per host and size, each one "
+                 f"cold sweep (connections made) then {fleet['sweeps_per_process']} warm ones "
+                 f"(woolctl: the one cold sweep, a process per sweep, timed from spawn to exit). "
+                 f"Medians in ms; ×Rust = over the Rust sweep of the same size.\n")
+    head = "| host |"
+    rule = "|---|"
+    for n in sizes:
+        head += f" {n:,} warm | ×Rust | {n:,} cold | ×Rust |"
+        rule += "--:|--:|--:|--:|"
+    if len(sizes) > 1:
+        head += f" cold {sizes[-1]:,} / {sizes[0]:,} |"
+        rule += "--:|"
+    head += " failed polls |"
+    rule += "--:|"
+    lines += [head, rule]
+    ratio = lambda a, b: f"{a / b:.2f}" if a and b else "–"  # noqa: E731
+    for key, label in fleet["hosts"].items():
+        cells, failed = [], 0
+        for n in sizes:
+            row = fleet["sizes"][str(n)].get(key)
+            r = rust[n] or {}
+            if not row:
+                cells += ["–"] * 4
+                continue
+            failed += row["failures"]
+            warm = row["warm_median_ms"]
+            cells += [f"{warm:,.1f}" if warm else "n/a (cold only)",
+                      ratio(warm, r.get("warm_median_ms")),
+                      f"{row['cold_median_ms']:,.1f}",
+                      ratio(row["cold_median_ms"], r.get("cold_median_ms"))]
+        if len(sizes) > 1:
+            a = fleet["sizes"][str(sizes[0])].get(key)
+            b = fleet["sizes"][str(sizes[-1])].get(key)
+            cells.append(ratio(b and b["cold_median_ms"], a and a["cold_median_ms"]) + "×"
+                         if a and b else "–")
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {failed} |")
+    lines.append("")
+    return lines
+
+
+def markdown_discovery(res: dict) -> list[str]:
+    """Section 6 of the table."""
+    disc = res["discovery"]
+    poll, source = discovery_poll(res)
+    lines = ["### 6. Local discovery (Wool's shared-memory registry)\n",
+             f"A registry of {disc['published']} workers written by Wool 0.15.7's own publisher "
+             f"(`LocalDiscovery(ns, capacity={disc['published']})` as the owner, "
+             f"{disc['published']} `worker-added` events, kept alive while measuring), listed by "
+             f"`LocalDiscovery::new(ns)?.list()` {disc['reps']:,} times in one process "
+             f"(`wool_bench discover`):\n",
+             "| | median µs | p90 µs | first µs | CPU µs | workers listed |",
+             "|---|--:|--:|--:|--:|--:|",
+             f"| `LocalDiscovery::new(ns)?.list()`, {disc['published']} workers | "
+             f"{disc['median_us']:.1f} | {disc['p90_us']:.1f} | {disc['first_us']:.1f} | "
+             f"{disc['cpu_us_per_list']:.1f} | {disc['workers']} |",
+             f"| one sequential idle poll, {source} | {poll:.1f} | – | – | – | – |"]
+    same = disc["poll_same_process"]
+    if "same process" not in source:
+        lines.append(f"| one sequential idle poll, WorkerConnection::idle, same process, "
+                     f"unpinned | {same['median_us']:.1f} | – | – | {same['cpu_us_per_poll']:.1f} "
+                     f"| – |")
+    lines.append("")
+    st = disc.get("strace")
+    if st:
+        top = ", ".join(f"{name} {count:g}" for name, count in list(st["per_list"].items())[:8])
+        lines.append(f"Syscalls per listing (`strace -c -f`, {st['reps']} listings less one): "
+                     f"**{st['syscalls_per_list']:.0f}** ({st['syscalls_per_record']:.2f} per "
+                     f"record): {top}.\n")
+    return lines
 
 
 def markdown(res: dict) -> str:
@@ -757,16 +1095,7 @@ def markdown(res: dict) -> str:
                          for n in conc["levels"]
                          if by(conc["rust_tasks"], n) and by(conc["rust_tasks_nk"], n))
                      + ".\n")
-    lines.append("### 3. Fleet sweep\n")
-    lines.append(f"{fleet['endpoints']:,} workers served by one process; each sweep polls every "
-                 f"endpoint once, {fleet['concurrency']} in flight: **warm sweep (median) "
-                 f"{fleet['warm_median_ms']:.1f} ms**, cold sweep (new process: TCP + HTTP/2 "
-                 f"handshakes + poll) median {fleet['cold_median_ms']:.1f} ms; "
-                 f"{fleet['failures']} failed polls." + (
-                     f" The same from C in one wool_idle_many call per sweep: warm "
-                     f"{fleet['c_many']['warm_median_ms']:.1f} ms, cold "
-                     f"{fleet['c_many']['cold_median_ms']:.1f} ms." if fleet.get("c_many")
-                     else "") + "\n")
+    lines.extend(markdown_fleet(fleet))
     lines.append("### 4. Memory and sockets (handles to one worker, each polled once)\n")
     lines.append("| client | handles | RSS MiB | threads | TCP connections to the worker |")
     lines.append("|---|--:|--:|--:|--:|")
@@ -802,14 +1131,35 @@ def markdown(res: dict) -> str:
                  f"poll in section 1, layout shared if measured; from the CPU deltas above: "
                  f"{ic['poll_cpu_share_of_one_core_pct']:.1f} %): what the poller would cost a "
                  f"saturated single-threaded worker.\n")
+    if res.get("discovery"):
+        lines.extend(markdown_discovery(res))
     lines.append("### Targets\n")
     lines.append("| target | goal | measured | met |")
     lines.append("|---|---|---|---|")
-    for t in res["targets"]:
-        note = f" ({t['note']})" if t["note"] else ""
-        lines.append(f"| {t['target']} | {t['goal']} | {t['measured']}{note} | "
-                     f"{'inconclusive' if t['met'] is None else 'yes' if t['met'] else '**no**'} |")
+    lines.extend(target_row(t) for t in res["targets"])
     return "\n".join(lines) + "\n"
+
+
+def target_row(t: dict) -> str:
+    note = f" ({t['note']})" if t["note"] else ""
+    met = {None: "inconclusive", "n/a": "n/a"}.get(t["met"]) if t["met"] in (None, "n/a") else \
+        "yes" if t["met"] else "**no**"
+    return f"| {t['target']} | {t['goal']} | {t['measured']}{note} | {met} |"
+
+
+def markdown_partial(res: dict) -> dict[str, list[str]]:
+    """The sections a partial run (--only) measured that the generated block can take on
+    their own: heading prefix -> lines; "targets" -> target rows."""
+    parts: dict[str, list[str]] = {}
+    rows: list[dict] = []
+    if res.get("fleet"):
+        parts["### 3."] = markdown_fleet(res["fleet"])
+        rows += fleet_targets(res)
+    if res.get("discovery"):
+        parts["### 6."] = markdown_discovery(res)
+        rows += discovery_targets(res)
+    parts["targets"] = [target_row(t) for t in rows]
+    return parts
 
 
 START, END = "<!-- bench:generated:start -->", "<!-- bench:generated:end -->"
@@ -835,6 +1185,71 @@ def update_doc(res: dict, table: str) -> None:
     log("updated the generated block of BENCHMARKS.md")
 
 
+def update_doc_partial(res: dict, only: set[str]) -> None:
+    """A partial run (--only): replaces, in the generated block of BENCHMARKS.md, the sections
+    it measured (fleet = "### 3.", discovery = "### 6.") and their target rows, and notes the
+    run in a "Re-measured" line; the rest of the block (an earlier full run) is kept."""
+    doc = ROOT / "BENCHMARKS.md"
+    if not doc.exists():
+        return
+    text = doc.read_text()
+    if START not in text or END not in text:
+        log("BENCHMARKS.md has no generated block: left alone")
+        return
+    parts = markdown_partial(res)
+    done = [k for k in ("### 3.", "### 6.") if k in parts]
+    if not done:
+        return
+    before, rest = text.split(START, 1)
+    block, after = rest.split(END, 1)
+    # The block: intro lines, then sections, each from its "### " heading to the next.
+    intro: list[str] = []
+    sections: list[list[str]] = []
+    for line in block.strip("\n").split("\n"):
+        if line.startswith("### "):
+            sections.append([line])
+        elif sections:
+            sections[-1].append(line)
+        else:
+            intro.append(line)
+    number = lambda sec: float(sec[0][4:].split(".")[0]) if sec[0][4:5].isdigit() else 99  # noqa: E731
+    for key in done:
+        new = parts[key] + ([""] if parts[key][-1] != "" else [])
+        at = next((i for i, sec in enumerate(sections) if sec[0].startswith(key)), None)
+        if at is not None:
+            sections[at] = new
+        else:
+            n = float(key[4:].rstrip("."))
+            at = next((i for i, sec in enumerate(sections) if number(sec) > n), len(sections))
+            sections.insert(at, new)
+    # Target rows: drop this run's sections' old rows, append the new ones.
+    stale = []
+    if "### 3." in done:
+        stale += ["| fleet: ", "| C fleet call (wool_idle_many)", "| 1000-endpoint sweep"]
+    if "### 6." in done:
+        stale += ["| discovery: "]
+    for sec in sections:
+        if sec[0].startswith("### Targets"):
+            rows = [l for l in sec if not any(l.startswith(p) for p in stale)]
+            last = max(i for i, l in enumerate(rows) if l.startswith("|"))
+            sec[:] = rows[:last + 1] + parts["targets"] + rows[last + 1:]
+    m = res["machine"]
+    names = {"### 3.": "3 (fleet sweep)", "### 6.": "6 (local discovery)"}
+    which = " and ".join(names[k] for k in done)
+    note = (f"Re-measured: section{'s' if len(done) > 1 else ''} {which} and {'their' if len(done) > 1 else 'its'} "
+            f"target rows, in a run of {res['started']} (`BENCH_ONLY={','.join(sorted(only))}`) at "
+            f"commit `{m['commit']}`, load average {m['loadavg_at_start'][0]:.2f} at the start and "
+            f"{m['loadavg_at_end'][0]:.2f} at the end; {res['elapsed_s']:.0f} s of measurement. "
+            f"The other sections are from the run above.")
+    intro = [l for l in intro if not (l.startswith("Re-measured:") and which in l)]
+    while intro and intro[-1] == "":
+        intro.pop()
+    intro += [note, ""]
+    body = "\n".join(intro + [l for sec in sections for l in sec]).rstrip("\n")
+    doc.write_text(before + START + "\n" + body + "\n" + END + after)
+    log("updated sections " + which + " of the generated block of BENCHMARKS.md")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--bench-bin", required=True)
@@ -845,11 +1260,13 @@ def main() -> int:
                         help="the grpc-go anchor (benches/grpc-go); skipped if missing")
     parser.add_argument("--worker", default=str(ROOT / "target/release/wool-worker"))
     parser.add_argument("--libwool", default=str(ROOT / "target/release/libwool.so"))
+    parser.add_argument("--woolctl", default=str(ROOT / "target/release/woolctl"))
     parser.add_argument("--only", default="", help="comma-separated sections (default: all)")
     args = parser.parse_args()
     tools = {"worker": Path(args.worker), "bench": Path(args.bench_bin), "c_idle": Path(args.c_bin) / "idle_bench",
              "pingpong": Path(args.c_bin) / "pingpong", "go": Path(args.go_bin),
-             "wool_python": Path(args.wool_python), "libwool": Path(args.libwool)}
+             "wool_python": Path(args.wool_python), "libwool": Path(args.libwool),
+             "woolctl": Path(args.woolctl)}
     if Path(args.grpc_go_bin).is_file():
         tools["grpc_go"] = Path(args.grpc_go_bin)
     else:
@@ -877,6 +1294,8 @@ def main() -> int:
             results["concurrency"] = section_concurrency(tools, worker.address, worker)
         if want("fleet"):
             results["fleet"] = section_fleet(tools)
+        if want("discovery"):
+            results["discovery"] = section_discovery(tools, worker)
         if want("memory"):
             results["memory"] = section_memory(tools, worker.address)
         if want("dispatch"):
@@ -900,6 +1319,33 @@ def main() -> int:
     if not only:
         results["targets"] = targets(results)
     path = OUT / ("results-quick.json" if QUICK else "results.json")
+    if only:
+        # A partial run: its own file, and merged into the last full run's results (if any).
+        own = OUT / f"results-{'-'.join(sorted(only))}{'-quick' if QUICK else ''}.json"
+        own.write_text(json.dumps(results, indent=2) + "\n")
+        log(f"wrote {own.relative_to(ROOT)} in {results['elapsed_s']} s")
+        if path.exists():
+            merged = json.loads(path.read_text())
+            for key in ("sequential", "sequential_layout", "sequential_layouts", "concurrency",
+                        "fleet", "memory", "dispatch", "discovery"):
+                if key in results:
+                    merged[key] = results[key]
+            merged.setdefault("remeasured", []).append(
+                {"sections": sorted(only), "started": results["started"],
+                 "machine": results["machine"], "elapsed_s": results["elapsed_s"]})
+            if all(k in merged for k in ("sequential", "concurrency", "fleet", "dispatch")):
+                merged["targets"] = targets(merged)
+            path.write_text(json.dumps(merged, indent=2) + "\n")
+            log(f"merged it into {path.relative_to(ROOT)}")
+        parts = markdown_partial(results)
+        md = "\n".join(l for k, v in parts.items() if k != "targets" for l in v)
+        md += "\n| target | goal | measured | met |\n|---|---|---|---|\n" + \
+            "\n".join(parts["targets"]) + "\n"
+        (OUT / ("table-partial-quick.md" if QUICK else "table-partial.md")).write_text(md)
+        print(md)
+        if not QUICK and os.environ.get("UPDATE_BENCHMARKS_MD", "1") != "0":
+            update_doc_partial(results, only)
+        return 0
     path.write_text(json.dumps(results, indent=2) + "\n")
     log(f"wrote {path.relative_to(ROOT)} in {results['elapsed_s']} s")
     if not only:

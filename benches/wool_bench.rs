@@ -15,7 +15,15 @@
 //!     (`no-keepalive`: the connection's keepalive off, to compare with the default, on)
 //! wool_bench fleet-serve N                          serves N Workers in this process; prints their
 //!                                                   addresses, then `ready`; ends at stdin EOF
-//! wool_bench sweep    ADDRFILE CONCURRENCY SWEEPS   polls every address once per sweep
+//! wool_bench sweep    ADDRFILE CONCURRENCY SWEEPS [TIMEOUT]
+//!                                                   wool::fleet::sweep over every address, once
+//!                                                   per sweep (CONCURRENCY = max_in_flight,
+//!                                                   TIMEOUT = the sweep's deadline, s, default 30):
+//!                                                   1 cold sweep (new connections) + SWEEPS warm
+//! wool_bench discover NS REPS [ADDR N]              LocalDiscovery::new(NS)?.list(), REPS times:
+//!                                                   first, median, p90 (µs) and the count; with
+//!                                                   ADDR, also N sequential WorkerConnection::idle
+//!                                                   polls of ADDR (current_thread) for comparison
 //! wool_bench handles  ADDR N                        N WorkerConnections, each polled once; prints
 //!                                                   `ready`, then waits for stdin EOF
 //! wool_bench dispatch ADDR CONCURRENCY SECONDS BYTES        WorkerConnection::dispatch("echo")
@@ -110,13 +118,23 @@ fn run(args: &[String]) -> Result<(), BoxError> {
             let file: String = arg(args, 1, "ADDRFILE")?;
             let concurrency: usize = arg(args, 2, "CONCURRENCY")?;
             let sweeps: usize = arg(args, 3, "SWEEPS")?;
+            let timeout: f64 = if args.len() > 4 { arg(args, 4, "TIMEOUT")? } else { 30.0 };
             let addrs: Vec<String> = std::fs::read_to_string(&file)?
                 .lines()
                 .map(str::trim)
                 .filter(|l| !l.is_empty())
                 .map(String::from)
                 .collect();
-            runtime("multi")?.block_on(sweep(addrs, concurrency, sweeps))?
+            runtime("multi")?.block_on(sweep(addrs, concurrency, sweeps, timeout))?
+        }
+        "discover" => {
+            let namespace: String = arg(args, 1, "NS")?;
+            let reps: usize = arg(args, 2, "REPS")?;
+            let poll = match args.get(3) {
+                Some(addr) => Some((addr.clone(), arg::<usize>(args, 4, "N")?)),
+                None => None,
+            };
+            discover(&namespace, reps, poll)?
         }
         "handles" => {
             let addr: String = arg(args, 1, "ADDR")?;
@@ -337,29 +355,41 @@ async fn fleet_serve(n: usize) -> Result<(), BoxError> {
 }
 
 /// One cold sweep (fresh connections: TCP + HTTP/2 handshakes) then `sweeps` warm ones over
-/// the same connections, each polling every address once with at most `concurrency` in flight.
-async fn sweep(addrs: Vec<String>, concurrency: usize, sweeps: usize) -> Result<String, BoxError> {
-    let conns: Vec<Arc<WorkerConnection>> = addrs
+/// the same connections, each one `wool::fleet::sweep` (the library's sweep, which
+/// `wool_idle_many` and `woolctl sweep` are built on) with `max_in_flight = concurrency` and
+/// one deadline of `timeout` seconds for the whole sweep.
+async fn sweep(
+    addrs: Vec<String>,
+    concurrency: usize,
+    sweeps: usize,
+    timeout: f64,
+) -> Result<String, BoxError> {
+    let conns: Vec<WorkerConnection> = addrs
         .iter()
-        .map(|a| WorkerConnection::new(a).map(Arc::new))
+        .map(|a| WorkerConnection::new(a))
         .collect::<Result<_, _>>()?;
+    let mut options = wool::fleet::SweepOptions::default();
+    options.max_in_flight = concurrency.max(1);
+    options.timeout = Some(Duration::from_secs_f64(timeout));
     let mut times = Vec::new();
     let mut failures = Vec::new();
+    let mut first_error = String::new();
     for _ in 0..=sweeps {
         let start = Instant::now();
-        let failed = futures_util::stream::iter(conns.iter().cloned())
-            .map(|conn| async move { conn.idle(Some(Duration::from_secs(10))).await.is_err() })
-            .buffer_unordered(concurrency.max(1))
-            .filter(|failed| std::future::ready(*failed))
-            .count()
-            .await;
+        let outcomes = wool::fleet::sweep(&conns, &options).await?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
+        let failed = outcomes.iter().filter(|o| o.is_err()).count();
+        if first_error.is_empty() {
+            if let Some(Err(e)) = outcomes.iter().find(|o| o.is_err()) {
+                first_error = e.to_string();
+            }
+        }
         failures.push(failed);
     }
     let warm: Vec<String> = times[1..].iter().map(|t| format!("{t:.2}")).collect();
     Ok(format!(
         "{{\"endpoints\":{},\"concurrency\":{concurrency},\"cold_ms\":{:.2},\"warm_ms\":[{}],\
-         \"failures\":[{}]}}",
+         \"failures\":[{}],\"first_error\":{}}}",
         conns.len(),
         times[0],
         warm.join(","),
@@ -367,8 +397,60 @@ async fn sweep(addrs: Vec<String>, concurrency: usize, sweeps: usize) -> Result<
             .iter()
             .map(|f| f.to_string())
             .collect::<Vec<_>>()
-            .join(",")
+            .join(","),
+        json_str(&first_error)
     ))
+}
+
+/// `reps` listings of a local registry, each `LocalDiscovery::new(ns)?.list()` (the whole
+/// call, constructor included); the first is reported apart (cold caches), median and p90 of
+/// all. With `poll = (addr, n)`, also `n` sequential `WorkerConnection::idle` polls of `addr`
+/// on a current_thread runtime (after 200 warm-up polls), for the comparison in one process.
+fn discover(
+    namespace: &str,
+    reps: usize,
+    poll: Option<(String, usize)>,
+) -> Result<String, BoxError> {
+    use wool::fleet::discovery::LocalDiscovery;
+    let mut samples = Vec::with_capacity(reps.max(1));
+    let mut counts = std::collections::BTreeSet::new();
+    let cpu = process_cpu();
+    let start = Instant::now();
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        let workers = LocalDiscovery::new(namespace)?.list()?;
+        samples.push(t.elapsed().as_nanos() as u64);
+        counts.insert(workers.len());
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let cpu = process_cpu() - cpu;
+    let first = samples[0] as f64 / 1e3;
+    let mut sorted = samples.clone();
+    sorted.sort_unstable();
+    let pick = |q: f64| {
+        let i = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+        sorted[i - 1] as f64 / 1e3
+    };
+    let mut out = format!(
+        "{{\"namespace\":{},\"reps\":{},\"workers\":{},\"counts\":[{}],\"first_us\":{first:.2},\
+         \"median_us\":{:.2},\"p90_us\":{:.2},\"min_us\":{:.2},\"mean_us\":{:.2},\
+         \"cpu_us_per_list\":{:.2}",
+        json_str(namespace),
+        samples.len(),
+        counts.iter().next_back().copied().unwrap_or(0),
+        counts.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
+        pick(0.5),
+        pick(0.9),
+        sorted[0] as f64 / 1e3,
+        elapsed * 1e6 / samples.len() as f64,
+        cpu * 1e6 / samples.len() as f64,
+    );
+    if let Some((addr, n)) = poll {
+        let line = runtime("current")?.block_on(seq_conn(&addr, n.max(1), 200, true))?;
+        out.push_str(&format!(",\"poll\":{line}"));
+    }
+    out.push('}');
+    Ok(out)
 }
 
 /// `n` WorkerConnections to one worker, each polled once; then holds them until stdin closes

@@ -6,9 +6,13 @@
 #      the anchor (h): plain grpc-go (benches/grpc-go, raw codec, no libwool);
 #   2. 1 / 16 / 256 / 10,000 concurrent polls on one connection (Rust tasks, C threads, Wool's
 #      Python client, grpc-go goroutines), failures counted;
-#   3. a sweep over 1,000 worker endpoints (served by one process);
+#   3. fleet sweeps over 1,000 and 10,000 workers (served by 4 processes of 2,500), warm and
+#      cold, side by side from Rust (wool::fleet::sweep), C (wool_idle_many), Go (IdleMany),
+#      Python (libwool.aio.idle_many, libwool.fleet.sweep) and woolctl (cold: a process a sweep);
 #   4. RSS and TCP connections for 1 and 10,000 handles;
-#   5. echo dispatch throughput against a Wool Python worker, and the cost of a 1 kHz idle poller.
+#   5. echo dispatch throughput against a Wool Python worker, and the cost of a 1 kHz idle poller;
+#   6. listing a 128-worker local registry (written by Wool 0.15.7's own LocalDiscovery
+#      publisher) with LocalDiscovery::list, against one sequential idle poll.
 # Writes target/bench/results.json, prints a markdown table, renders BENCHMARKS.png and rewrites
 # the generated block of BENCHMARKS.md (UPDATE_BENCHMARKS_MD=0 leaves it alone).
 #
@@ -18,7 +22,9 @@
 #   PROFILE=1 ./scripts/bench.sh  then also counts, per poll, CPU, context switches, syscalls and
 #                                 wake-ups of (g), (a), (b), (c) and the worker (perf stat), and
 #                                 records perf profiles: target/bench/profile.md (needs perf)
-#   BENCH_ONLY=sequential,dispatch ./scripts/bench.sh   run some sections only (no plot)
+#   BENCH_ONLY=sequential,dispatch ./scripts/bench.sh   run some sections only (no plot); of
+#                                 BENCHMARKS.md's generated block, only those sections (fleet,
+#                                 discovery) and their targets are replaced
 # Knobs (iteration counts, durations): see the docstring of benches/run.py. Not a test: it
 # never fails on a slow number; it exits non-zero only when something could not run.
 set -euo pipefail

@@ -8,8 +8,10 @@
  *                                             "ready {...}" and waits for a line on stdin
  *   idle_bench queue   ADDR LEVELS SECONDS    ONE thread keeping N polls in flight on ONE handle
  *                                             through a completion queue (wool_idle_start)
- *   idle_bench many    ADDRFILE MAX SWEEPS    wool_idle_many over every address in ADDRFILE (one
- *                                             handle each), MAX in flight: 1 cold + SWEEPS warm
+ *   idle_bench many    ADDRFILE MAX SWEEPS [TIMEOUT]
+ *                                             wool_idle_many over every address in ADDRFILE (one
+ *                                             handle each), MAX in flight, one deadline of
+ *                                             TIMEOUT s (default 30) per sweep: 1 cold + SWEEPS warm
  *
  * Prints one line of JSON on stdout. Not a test: nothing here asserts on time.
  * Build: cc -O2 -Iinclude benches/c/idle_bench.c -Ltarget/release -Wl,-rpath,... -lwool -lpthread
@@ -250,7 +252,7 @@ static int queue(const char *addr, const char *levels, double seconds) {
 
 /* wool_idle_many over the addresses in `file` (one handle each), `max` in flight: one cold
  * sweep (connections made), then `sweeps` warm ones. Same JSON shape as the Rust sweep. */
-static int many(const char *file, size_t max, size_t sweeps) {
+static int many(const char *file, size_t max, size_t sweeps, double timeout) {
     FILE *in = fopen(file, "r");
     if (!in) { perror(file); return 1; }
     size_t n = 0, cap = 1024;
@@ -271,7 +273,7 @@ static int many(const char *file, size_t max, size_t sweeps) {
     size_t failures_total = 0;
     for (size_t sweep = 0; sweep <= sweeps; sweep++) {
         uint64_t t = now_ns();
-        wool_status s = wool_idle_many((const wool_connection *const *)conns, n, 60.0, max,
+        wool_status s = wool_idle_many((const wool_connection *const *)conns, n, timeout, max,
                                        seconds, statuses, NULL);
         if (s != WOOL_STATUS_OK) die("wool_idle_many", s);
         double ms = (double)(now_ns() - t) / 1e6;
@@ -297,8 +299,9 @@ int main(int argc, char **argv) {
     if (argc >= 4 && !strcmp(argv[1], "handles")) return handles(argv[2], strtoull(argv[3], NULL, 10));
     if (argc >= 5 && !strcmp(argv[1], "queue")) return queue(argv[2], argv[3], atof(argv[4]));
     if (argc >= 5 && !strcmp(argv[1], "many"))
-        return many(argv[2], strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10));
+        return many(argv[2], strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10),
+                    argc >= 6 ? strtod(argv[5], NULL) : 30.0);
     fprintf(stderr, "usage: idle_bench seq ADDR N WARMUP | burst ADDR LEVELS SECONDS | handles ADDR N"
-                    " | queue ADDR LEVELS SECONDS | many ADDRFILE MAX SWEEPS\n");
+                    " | queue ADDR LEVELS SECONDS | many ADDRFILE MAX SWEEPS [TIMEOUT]\n");
     return 2;
 }

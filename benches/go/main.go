@@ -5,6 +5,11 @@
 //	wool-bench-go seq ADDR N WARMUP            the same
 //	wool-bench-go burst ADDR LEVELS SECONDS    bursts of N goroutines polling at once on ONE
 //	                                           Connection (LEVELS like 1,16,256,10000)
+//	wool-bench-go sweep ADDRFILE MAX SWEEPS [TIMEOUT]
+//	                                           IdleMany over one Connection per address in
+//	                                           ADDRFILE, MAX in flight, one deadline of TIMEOUT s
+//	                                           (default 30) per sweep: 1 cold sweep (connections
+//	                                           made) + SWEEPS warm ones, in this one process
 //
 // Every poll is Connection.Idle, which starts the call on the library's completion queue
 // (wool_idle_start) and waits on a channel fed by the binding's one dispatcher goroutine, so a
@@ -17,7 +22,8 @@
 // "cpu_us_per_poll"}), burst as `burst` ({"levels":[{"concurrency","bursts","ok","failed",
 // "polls_per_s","first_error"}]}, plus "os_threads_max": the most OS threads this process had
 // during the bursts, sampled from /proc/self/status; not "max_threads", which benches/run.py
-// reads from a burst driver as the C driver's thread cap).
+// reads from a burst driver as the C driver's thread cap); sweep as `sweep` ({"endpoints",
+// "concurrency","cold_ms","warm_ms":[...],"failures":[per sweep],"first_error"}).
 //
 // The binding finds libwool through pkg-config; scripts/bench.sh writes a wool.pc for the
 // release build (target/release) and builds this with it:
@@ -43,7 +49,7 @@ import (
 )
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: wool-bench-go [seq] ADDR N WARMUP | burst ADDR LEVELS SECONDS")
+	fmt.Fprintln(os.Stderr, "usage: wool-bench-go [seq] ADDR N WARMUP | burst ADDR LEVELS SECONDS | sweep ADDRFILE MAX SWEEPS [TIMEOUT]")
 	os.Exit(2)
 }
 
@@ -54,6 +60,20 @@ func fail(err error) {
 
 func main() {
 	args := os.Args[1:]
+	if len(args) >= 4 && args[0] == "sweep" {
+		maxInFlight, err1 := strconv.Atoi(args[2])
+		sweeps, err2 := strconv.Atoi(args[3])
+		timeout := 30.0
+		var err3 error
+		if len(args) >= 5 {
+			timeout, err3 = strconv.ParseFloat(args[4], 64)
+		}
+		if err1 != nil || err2 != nil || err3 != nil || maxInFlight < 1 || sweeps < 0 || !(timeout > 0) {
+			usage()
+		}
+		sweep(args[1], maxInFlight, sweeps, timeout)
+		return
+	}
 	mode := "seq"
 	if len(args) == 4 {
 		mode, args = args[0], args[1:]
@@ -126,6 +146,57 @@ func seq(addr string, n, warmup int) {
 	fmt.Printf("{\"n\":%d,\"median_us\":%.2f,\"p99_us\":%.2f,\"mean_us\":%.2f,\"min_us\":%.2f,\"polls_per_s\":%.1f,\"cpu_us_per_poll\":%.2f}\n",
 		n, pick(0.5), pick(0.99), float64(sum)/float64(n)/1e3, float64(samples[0])/1e3, float64(n)/elapsed,
 		cpu*1e6/float64(n))
+}
+
+// sweep: IdleMany over one Connection per address of `file`, `maxInFlight` at once, each sweep
+// within one deadline of `timeout` seconds: one cold sweep, then `sweeps` warm ones.
+func sweep(file string, maxInFlight, sweeps int, timeout float64) {
+	text, err := os.ReadFile(file)
+	if err != nil {
+		fail(err)
+	}
+	var conns []*wool.Connection
+	for _, line := range strings.Split(string(text), "\n") {
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		conn, err := wool.Connect(line)
+		if err != nil {
+			fail(err)
+		}
+		conns = append(conns, conn)
+	}
+	times := make([]float64, 0, sweeps+1)
+	failures := make([]int, 0, sweeps+1)
+	firstError := ""
+	for i := 0; i <= sweeps; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(),
+			time.Duration(timeout*float64(time.Second)))
+		start := time.Now()
+		results := wool.IdleMany(ctx, conns, maxInFlight)
+		times = append(times, math.Round(float64(time.Since(start).Microseconds())/10)/100)
+		cancel()
+		failed := 0
+		for _, r := range results {
+			if r.Err != nil {
+				failed++
+				if firstError == "" {
+					firstError = r.Err.Error()
+				}
+			}
+		}
+		failures = append(failures, failed)
+	}
+	for _, conn := range conns {
+		conn.Close()
+	}
+	out, err := json.Marshal(map[string]any{"endpoints": len(conns), "concurrency": maxInFlight,
+		"cold_ms": times[0], "warm_ms": times[1:], "failures": failures,
+		"first_error": firstError})
+	if err != nil {
+		fail(err)
+	}
+	fmt.Println(string(out))
 }
 
 type level struct {
