@@ -297,6 +297,11 @@ typedef struct {
    * The stop's gRPC code on failure, -1 when none.
    */
   int32_t stop_rpc_code;
+  /**
+   * The failure's message (the poll's, else the stop's), NUL-terminated, truncated to fit;
+   * "" when nothing failed.
+   */
+  char message[WOOL_COMPLETION_MESSAGE_BYTES];
 } wool_retire_decision;
 
 /**
@@ -521,7 +526,9 @@ wool_status wool_watch_new(const char *namespace_, int backend, wool_watch **out
  * worker to `*out_worker`, valid until the next wool_watch_next on this watch or
  * wool_watch_free. When nothing happened in time: WOOL_DISCOVERY_EVENT_NONE and NULL.
  *
- * Returns WOOL_STATUS_INVALID_ARGUMENT for a NULL argument or a negative or NaN timeout.
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for a NULL argument or a negative or NaN timeout, or
+ * WOOL_STATUS_TRANSIENT once the watch has ended (its backend stopped, e.g. the multicast DNS
+ * responder failed; every event before that was handed out): free it and start another.
  *
  * # Safety
  * `watch` must be NULL or a live watch; `out_kind` and `out_worker` NULL or writable.
@@ -570,7 +577,8 @@ const char *wool_retire_reason_name(int reason);
  * most idle retired first, never leaving fewer than `keep_min` answering workers, at most
  * `max_stops`), stops the retired ones (as wool_stop with the policy's grace and stop
  * timeout, at most `max_in_flight` at once) unless `dry_run`, and writes one decision per
- * handle to `out[0..count]`, in `conns` order. Blocks the calling thread. A NULL handle is
+ * handle to `out[0..count]`, in `conns` order. Blocks the calling thread; every handle must
+ * stay live until the call returns. A NULL handle is
  * kept with reason WOOL_RETIRE_REASON_POLL_FAILED and poll status INVALID_ARGUMENT.
  *
  * Returns WOOL_STATUS_OK when the round ran (whatever each worker gave), or

@@ -109,11 +109,11 @@ fn the_local_listing_equals_wools_own_subscriber() {
 fn a_watch_sees_a_pool_join_and_leave() {
     let namespace = unique_namespace("watch");
     let watch = LocalDiscovery::new(&namespace).unwrap().watch().unwrap();
-    assert_eq!(watch.next_timeout(Some(Duration::from_millis(200))), None);
+    assert_eq!(watch.next_timeout(Some(Duration::from_millis(200))).unwrap(), None);
     let pool = WoolPool::start(&namespace, 2, &[], None);
     let mut joined = BTreeSet::new();
     while joined.len() < 2 {
-        match watch.next_timeout(Some(Duration::from_secs(15))) {
+        match watch.next_timeout(Some(Duration::from_secs(15))).unwrap() {
             Some(DiscoveryEvent::Added(w)) => {
                 joined.insert(w.uid);
             }
@@ -132,7 +132,7 @@ fn a_watch_sees_a_pool_join_and_leave() {
     drop(pool);
     let mut left = BTreeSet::new();
     while left.len() < 2 {
-        match watch.next_timeout(Some(Duration::from_secs(15))) {
+        match watch.next_timeout(Some(Duration::from_secs(15))).unwrap() {
             Some(DiscoveryEvent::Dropped(w)) => {
                 left.insert(w.uid);
             }
@@ -427,7 +427,7 @@ fn the_lan_listing_equals_wools_own_subscriber_across_network_namespaces() {
     );
     let mut seen = BTreeSet::new();
     while seen.len() < 2 {
-        match watch.next_timeout(Some(Duration::from_secs(15))) {
+        match watch.next_timeout(Some(Duration::from_secs(15))).unwrap() {
             Some(DiscoveryEvent::Added(w)) => {
                 seen.insert(w.uid);
             }
@@ -437,7 +437,7 @@ fn the_lan_listing_equals_wools_own_subscriber_across_network_namespaces() {
     drop(pool);
     let mut left = BTreeSet::new();
     while left.len() < 2 {
-        match watch.next_timeout(Some(Duration::from_secs(15))) {
+        match watch.next_timeout(Some(Duration::from_secs(15))).unwrap() {
             Some(DiscoveryEvent::Dropped(w)) => {
                 left.insert(w.uid);
             }

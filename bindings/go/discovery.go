@@ -272,18 +272,11 @@ func (w *Watch) Next(ctx context.Context) (DiscoveryEvent, error) {
 		if deadline, ok := ctx.Deadline(); ok {
 			slice = min(slice, time.Until(deadline))
 		}
-		started := time.Now()
+		// A watch that has ended answers ErrTransient (its backend stopped): returned as is.
 		event, got, err := w.handle.nextWithin(max(slice, 0))
 		runtime.KeepAlive(w)
 		if err != nil || got {
 			return event, err
-		}
-		// The library also answers "nothing" at once when its watch has ended: do not spin.
-		if rest := slice - time.Since(started); rest > 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(rest):
-			}
 		}
 	}
 }

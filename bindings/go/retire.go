@@ -132,14 +132,11 @@ type RetireDecision struct {
 
 // slotError is a poll's or stop's failure in a decision. The C decision carries the status
 // and gRPC code but no message, so the message says where the failure came from.
-func slotError(op, target string, status C.wool_status, code C.int32_t) error {
+func slotError(op, target string, status C.wool_status, code C.int32_t, message string) error {
 	if Status(status) == StatusOK {
 		return nil
 	}
-	return &Error{
-		Op: op, Target: target, Status: Status(status), Code: int(code),
-		Message: "as reported by wool_retire_idle (which gives no message per worker)",
-	}
+	return &Error{Op: op, Target: target, Status: Status(status), Code: int(code), Message: message}
 }
 
 // RetireIdle runs one retire round over conns, as wool_retire_idle: it polls every worker
@@ -204,12 +201,13 @@ func RetireIdle(conns []*Connection, policy RetirePolicy, pollTimeout time.Durat
 		if conns[i] != nil {
 			target = conns[i].target
 		}
+		message := C.GoString(&d.message[0])
 		decision := RetireDecision{
 			Reason:  RetireReason(d.reason),
 			Retire:  bool(d.retire),
-			IdleErr: slotError("idle", target, d.poll_status, d.poll_rpc_code),
+			IdleErr: slotError("idle", target, d.poll_status, d.poll_rpc_code, message),
 			Stopped: bool(d.stopped),
-			StopErr: slotError("stop", target, d.stop_status, d.stop_rpc_code),
+			StopErr: slotError("stop", target, d.stop_status, d.stop_rpc_code, message),
 		}
 		switch {
 		case conns[i] == nil:

@@ -663,7 +663,10 @@ async fn watch_pool(output: Output, discovery: &Discovery) -> Result<(), Failure
     loop {
         tokio::select! {
             event = watch.next() => {
-                let Some(event) = event else { return Err(Failure::Some) };
+                let event = event.map_err(|e| {
+                    eprintln!("woolctl: {e}");
+                    Failure::Some
+                })?;
                 let name = match &event {
                     DiscoveryEvent::Added(_) => "worker-added",
                     DiscoveryEvent::Updated(_) => "worker-updated",

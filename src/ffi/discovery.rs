@@ -305,7 +305,9 @@ pub unsafe extern "C" fn wool_watch_new(
 /// worker to `*out_worker`, valid until the next wool_watch_next on this watch or
 /// wool_watch_free. When nothing happened in time: WOOL_DISCOVERY_EVENT_NONE and NULL.
 ///
-/// Returns WOOL_STATUS_INVALID_ARGUMENT for a NULL argument or a negative or NaN timeout.
+/// Returns WOOL_STATUS_INVALID_ARGUMENT for a NULL argument or a negative or NaN timeout, or
+/// WOOL_STATUS_TRANSIENT once the watch has ended (its backend stopped, e.g. the multicast DNS
+/// responder failed; every event before that was handed out): free it and start another.
 ///
 /// # Safety
 /// `watch` must be NULL or a live watch; `out_kind` and `out_worker` NULL or writable.
@@ -327,7 +329,7 @@ pub unsafe extern "C" fn wool_watch_next(
             )));
         }
         let timeout = Duration::try_from_secs_f64(timeout_seconds).ok();
-        let event = watch.watch.next_timeout(timeout);
+        let event = watch.watch.next_timeout(timeout)?;
         let mut last = watch.last.lock().unwrap_or_else(|e| e.into_inner());
         let (kind, worker) = match event {
             None => (WOOL_DISCOVERY_EVENT_NONE, None),

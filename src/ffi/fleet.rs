@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::connection::wool_connection;
+use super::queue::WOOL_COMPLETION_MESSAGE_BYTES;
 use super::{ffi_panic_boundary, runtime, try_grace, try_ref, try_timeout, wool_status};
 use crate::connection::{Error, WorkerConnection};
 use crate::fleet::{retire, Decision, Reason, RetirePolicy, SweepOptions};
@@ -152,6 +153,9 @@ pub struct wool_retire_decision {
     pub stop_status: wool_status,
     /// The stop's gRPC code on failure, -1 when none.
     pub stop_rpc_code: i32,
+    /// The failure's message (the poll's, else the stop's), NUL-terminated, truncated to fit;
+    /// "" when nothing failed.
+    pub message: [c_char; WOOL_COMPLETION_MESSAGE_BYTES],
 }
 
 /// wool_retire_decision.reason: retired, idle at least the threshold.
@@ -246,6 +250,15 @@ impl From<&Decision> for wool_retire_decision {
             .iter()
             .find(|(r, _)| *r == decision.reason)
             .map_or(-1, |(_, value)| *value);
+        let mut message = [0; WOOL_COMPLETION_MESSAGE_BYTES];
+        let failure = match (&decision.idle, &decision.stop) {
+            (Err(error), _) => Some(format!("wool_idle: {}", error.message())),
+            (_, Some(Err(error))) => Some(format!("wool_stop: {}", error.message())),
+            _ => None,
+        };
+        if let Some(text) = failure {
+            super::last_error::fill_message(&mut message, &text);
+        }
         wool_retire_decision {
             reason,
             retire: decision.retires(),
@@ -255,6 +268,7 @@ impl From<&Decision> for wool_retire_decision {
             stopped: decision.stop.is_some(),
             stop_status,
             stop_rpc_code,
+            message,
         }
     }
 }
@@ -264,7 +278,8 @@ impl From<&Decision> for wool_retire_decision {
 /// most idle retired first, never leaving fewer than `keep_min` answering workers, at most
 /// `max_stops`), stops the retired ones (as wool_stop with the policy's grace and stop
 /// timeout, at most `max_in_flight` at once) unless `dry_run`, and writes one decision per
-/// handle to `out[0..count]`, in `conns` order. Blocks the calling thread. A NULL handle is
+/// handle to `out[0..count]`, in `conns` order. Blocks the calling thread; every handle must
+/// stay live until the call returns. A NULL handle is
 /// kept with reason WOOL_RETIRE_REASON_POLL_FAILED and poll status INVALID_ARGUMENT.
 ///
 /// Returns WOOL_STATUS_OK when the round ran (whatever each worker gave), or

@@ -79,6 +79,17 @@ pub extern "C" fn wool_last_rpc_code() -> i32 {
     })
 }
 
+/// Copies `text` into a fixed C buffer, NUL-terminated, truncated at a character boundary
+/// (the `message` fields of wool_completion and wool_retire_decision). The buffer must hold
+/// at least one byte.
+pub(crate) fn fill_message(buffer: &mut [c_char], text: &str) {
+    let length = floor_char_boundary(text, buffer.len() - 1);
+    for (slot, byte) in buffer.iter_mut().zip(&text.as_bytes()[..length]) {
+        *slot = *byte as c_char;
+    }
+    buffer[length] = 0;
+}
+
 /// The largest `n <= limit` at which `text` can be cut without splitting a character.
 pub(crate) fn floor_char_boundary(text: &str, limit: usize) -> usize {
     if limit >= text.len() {

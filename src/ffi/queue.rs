@@ -62,17 +62,7 @@ impl wool_completion {
                 completion.status = wool_status::from(error.kind());
                 completion.rpc_code = error.code().map_or(-1, |code| code as i32);
                 let text = format!("{function}: {}", error.message());
-                let length = super::last_error::floor_char_boundary(
-                    &text,
-                    WOOL_COMPLETION_MESSAGE_BYTES - 1,
-                );
-                for (slot, byte) in completion
-                    .message
-                    .iter_mut()
-                    .zip(&text.as_bytes()[..length])
-                {
-                    *slot = *byte as c_char;
-                }
+                super::last_error::fill_message(&mut completion.message, &text);
             }
         }
         completion

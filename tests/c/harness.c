@@ -1161,6 +1161,8 @@ static int case_retire(int argc, char **argv) {
     CHECK(out[2].reason == WOOL_RETIRE_REASON_MINIMUM && !out[2].retire);
     CHECK(out[3].reason == WOOL_RETIRE_REASON_POLL_FAILED);
     CHECK(out[3].poll_status == WOOL_STATUS_INVALID_ARGUMENT && isnan(out[3].idle_seconds));
+    CHECK(strstr(out[3].message, "conns[3] is NULL") != NULL);
+    CHECK(strcmp(out[0].message, "") == 0);
     wool_retire_policy bad = policy;
     bad.grace = 10.0;
     EXPECT_INVALID(wool_retire_idle(fleet, 3, &bad, 5.0, 8, out), "grace");

@@ -112,6 +112,7 @@ class wool_retire_decision(ctypes.Structure):
         ("stopped", ctypes.c_bool),
         ("stop_status", ctypes.c_int),  # wool_status
         ("stop_rpc_code", ctypes.c_int32),
+        ("message", ctypes.c_char * COMPLETION_MESSAGE_BYTES),
     ]
 
 

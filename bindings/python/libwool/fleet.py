@@ -242,22 +242,18 @@ class Watch:
 
         :raises ValueError: a negative or NaN timeout (libwool's message), or the watch is
             closed.
+        :raises TransientRpcError: the watch has ended (its discovery backend stopped).
         """
         seconds = _c_seconds(timeout, "timeout", none_means=math.inf)
         if not seconds >= 0:  # negative or NaN: libwool refuses it with its message
             return self._next_within(seconds)
         end = time.monotonic() + seconds
         while True:
+            # A watch that has ended raises TransientRpcError (its backend stopped).
             left = end - time.monotonic()
-            chunk = max(0.0, min(_WATCH_SLICE, left))
-            started = time.monotonic()
-            event = self._next_within(chunk)
+            event = self._next_within(max(0.0, min(_WATCH_SLICE, left)))
             if event is not None or left <= _WATCH_SLICE:
                 return event
-            # libwool also answers "nothing" at once when its watch has ended: do not spin.
-            rest = chunk - (time.monotonic() - started)
-            if rest > 0:
-                time.sleep(rest)
 
     def _next_within(self, seconds: float) -> DiscoveryEvent | None:
         with self._lock:
@@ -368,11 +364,13 @@ def _handles(conns: list[WorkerConnection]):
         yield library, array, closed
 
 
-def _slot_error(library: Library, status: int, code: int, call: str) -> Exception | None:
+def _slot_error(library: Library, status: int, code: int, call: str,
+                message: bytes = b"") -> Exception | None:
     if status == _ffi.OK:
         return None
-    return _error(library, status, f"{call}: the worker's call failed (libwool gives no "
-                                   f"message per worker)", code)
+    text = message.decode("utf-8", "replace") or (
+        f"{call}: the worker's call failed (wool_idle_many gives no message per worker)")
+    return _error(library, status, text, code)
 
 
 def sweep(connections: Iterable[WorkerConnection], timeout: float | None = 5.0,
@@ -505,14 +503,15 @@ def retire_idle(connections: Iterable[WorkerConnection], policy: RetirePolicy,
     for i in range(count):
         d = out[i]
         idle_error = closed.get(i) or _slot_error(library, d.poll_status, d.poll_rpc_code,
-                                                  "wool_idle")
+                                                  "wool_idle", d.message)
         decisions.append(RetireDecision(
             reason=library.wool_retire_reason_name(d.reason).decode("utf-8"),
             retire=bool(d.retire),
             idle=None if idle_error is not None else float(d.idle_seconds),
             idle_error=idle_error,
             stopped=bool(d.stopped),
-            stop_error=_slot_error(library, d.stop_status, d.stop_rpc_code, "wool_stop")
+            stop_error=_slot_error(library, d.stop_status, d.stop_rpc_code, "wool_stop",
+                                   d.message)
             if d.stopped else None,
         ))
     return decisions

@@ -62,9 +62,13 @@ impl DiscoveredWorker {
     ) -> Result<WorkerConnection, Error> {
         let credentials = if self.secure {
             let given = credentials.ok_or_else(|| {
+                let who = if self.uid.is_nil() {
+                    format!("the worker at {}", self.address)
+                } else {
+                    format!("worker {} at {}", self.uid, self.address)
+                };
                 Error::invalid_argument(format!(
-                    "worker {} at {} serves TLS: credentials are needed to reach it",
-                    self.uid, self.address
+                    "{who} serves TLS: credentials are needed to reach it"
                 ))
             })?;
             Some(match &self.identity {
@@ -160,19 +164,37 @@ impl std::fmt::Debug for Watch {
 }
 
 impl Watch {
-    /// The next event, waiting at most `timeout` (`None` = as long as it takes); `None` when
-    /// nothing happened in that time or the watch has ended.
-    pub fn next_timeout(&self, timeout: Option<Duration>) -> Option<DiscoveryEvent> {
-        match timeout {
-            None => self.events.recv().ok(),
-            Some(limit) => self.events.recv_timeout(limit).ok(),
-        }
+    /// The next event, waiting at most `timeout` (`None` = as long as it takes); `Ok(None)`
+    /// when nothing happened in that time.
+    ///
+    /// Errors: [`ErrorKind::Transient`](crate::ErrorKind::Transient) once the watch has ended
+    /// (its backend stopped, e.g. the mDNS responder failed) and every event was taken.
+    pub fn next_timeout(&self, timeout: Option<Duration>) -> Result<Option<DiscoveryEvent>, Error> {
+        let event = match timeout {
+            None => self.events.recv().map_err(|_| ()),
+            Some(limit) => match self.events.recv_timeout(limit) {
+                Ok(event) => Ok(event),
+                Err(flume::RecvTimeoutError::Timeout) => return Ok(None),
+                Err(flume::RecvTimeoutError::Disconnected) => Err(()),
+            },
+        };
+        event.map(Some).map_err(|()| ended())
     }
 
-    /// The next event, for async code; `None` once the watch has ended.
-    pub async fn next(&self) -> Option<DiscoveryEvent> {
-        self.events.recv_async().await.ok()
+    /// The next event, for async code.
+    ///
+    /// Errors: as [`next_timeout`](Self::next_timeout), once the watch has ended.
+    pub async fn next(&self) -> Result<DiscoveryEvent, Error> {
+        self.events.recv_async().await.map_err(|_| ended())
     }
+}
+
+fn ended() -> Error {
+    Error::new(
+        crate::ErrorKind::Transient,
+        None,
+        "the watch has ended: its discovery backend stopped",
+    )
 }
 
 /// The sending half a backend's thread holds: where events go, and whether the watch is still
@@ -304,6 +326,21 @@ mod tests {
         assert!(error.message().contains("credentials"), "{error}");
         let plain = worker(4, "127.0.0.1:1");
         assert!(plain.connect(None, ChannelOptions::default()).is_ok());
+    }
+
+    #[test]
+    fn a_watch_whose_backend_stopped_says_so_after_its_last_event() {
+        let (watch, feed) = WatchFeed::channel();
+        assert!(feed.send(DiscoveryEvent::Added(worker(6, "h:1"))));
+        assert_eq!(
+            watch.next_timeout(Some(Duration::ZERO)).unwrap(),
+            Some(DiscoveryEvent::Added(worker(6, "h:1")))
+        );
+        assert_eq!(watch.next_timeout(Some(Duration::ZERO)).unwrap(), None);
+        drop(feed);
+        let error = watch.next_timeout(None).unwrap_err();
+        assert_eq!(error.kind(), crate::ErrorKind::Transient);
+        assert!(error.message().contains("ended"), "{error}");
     }
 
     #[test]
