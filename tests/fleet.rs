@@ -53,6 +53,33 @@ fn keys_of_wools(listing: &[serde_json::Value]) -> BTreeSet<String> {
         .collect()
 }
 
+/// Which way a watch is expected to move.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Expect {
+    Joins,
+    Leaves,
+}
+
+/// Takes events until `count` distinct workers joined (or left); updates are allowed between,
+/// anything else fails the test. The uids seen.
+fn collect(watch: &wool::fleet::Watch, count: usize, expect: Expect) -> BTreeSet<uuid::Uuid> {
+    let mut seen = BTreeSet::new();
+    while seen.len() < count {
+        match (
+            expect,
+            watch.next_timeout(Some(Duration::from_secs(15))).unwrap(),
+        ) {
+            (Expect::Joins, Some(DiscoveryEvent::Added(w)))
+            | (Expect::Leaves, Some(DiscoveryEvent::Dropped(w))) => {
+                seen.insert(w.uid);
+            }
+            (_, Some(DiscoveryEvent::Updated(_))) => {}
+            (_, other) => panic!("expected {expect:?}, got {other:?} after {seen:?}"),
+        }
+    }
+    seen
+}
+
 fn connect_all(workers: &[DiscoveredWorker]) -> Vec<WorkerConnection> {
     workers
         .iter()
@@ -109,18 +136,14 @@ fn the_local_listing_equals_wools_own_subscriber() {
 fn a_watch_sees_a_pool_join_and_leave() {
     let namespace = unique_namespace("watch");
     let watch = LocalDiscovery::new(&namespace).unwrap().watch().unwrap();
-    assert_eq!(watch.next_timeout(Some(Duration::from_millis(200))).unwrap(), None);
+    assert_eq!(
+        watch
+            .next_timeout(Some(Duration::from_millis(200)))
+            .unwrap(),
+        None
+    );
     let pool = WoolPool::start(&namespace, 2, &[], None);
-    let mut joined = BTreeSet::new();
-    while joined.len() < 2 {
-        match watch.next_timeout(Some(Duration::from_secs(15))).unwrap() {
-            Some(DiscoveryEvent::Added(w)) => {
-                joined.insert(w.uid);
-            }
-            Some(DiscoveryEvent::Updated(_)) => {}
-            other => panic!("expected joins, got {other:?} after {joined:?}"),
-        }
-    }
+    let joined = collect(&watch, 2, Expect::Joins);
     let listed: BTreeSet<_> = LocalDiscovery::new(&namespace)
         .unwrap()
         .list()
@@ -130,16 +153,7 @@ fn a_watch_sees_a_pool_join_and_leave() {
         .collect();
     assert_eq!(joined, listed);
     drop(pool);
-    let mut left = BTreeSet::new();
-    while left.len() < 2 {
-        match watch.next_timeout(Some(Duration::from_secs(15))).unwrap() {
-            Some(DiscoveryEvent::Dropped(w)) => {
-                left.insert(w.uid);
-            }
-            Some(DiscoveryEvent::Updated(_)) => {}
-            other => panic!("expected leaves, got {other:?} after {left:?}"),
-        }
-    }
+    let left = collect(&watch, 2, Expect::Leaves);
     assert_eq!(left, joined);
 }
 
@@ -425,26 +439,9 @@ fn the_lan_listing_equals_wools_own_subscriber_across_network_namespaces() {
         polls.iter().all(|p| matches!(p, Ok(s) if *s >= 0.0)),
         "{polls:?}"
     );
-    let mut seen = BTreeSet::new();
-    while seen.len() < 2 {
-        match watch.next_timeout(Some(Duration::from_secs(15))).unwrap() {
-            Some(DiscoveryEvent::Added(w)) => {
-                seen.insert(w.uid);
-            }
-            other => panic!("expected the workers to be reported, got {other:?}"),
-        }
-    }
+    let seen = collect(&watch, 2, Expect::Joins);
     drop(pool);
-    let mut left = BTreeSet::new();
-    while left.len() < 2 {
-        match watch.next_timeout(Some(Duration::from_secs(15))).unwrap() {
-            Some(DiscoveryEvent::Dropped(w)) => {
-                left.insert(w.uid);
-            }
-            Some(DiscoveryEvent::Updated(_)) => {}
-            other => panic!("expected leaves, got {other:?}"),
-        }
-    }
+    let left = collect(&watch, 2, Expect::Leaves);
     assert_eq!(left, seen);
 }
 

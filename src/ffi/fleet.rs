@@ -39,20 +39,19 @@ pub unsafe extern "C" fn wool_idle_many(
     out_codes: *mut i32,
 ) -> wool_status {
     ffi_panic_boundary!("wool_idle_many", {
-        if count > 0 && (conns.is_null() || out_seconds.is_null() || out_statuses.is_null()) {
-            return Err(Error::invalid_argument(
-                "conns, out_seconds and out_statuses must not be NULL when count > 0",
-            ));
-        }
-        if max_in_flight == 0 {
-            return Err(Error::invalid_argument("max_in_flight must be at least 1"));
-        }
-        let timeout = try_timeout(timeout_seconds)?;
+        let arrays = !(conns.is_null() || out_seconds.is_null() || out_statuses.is_null());
+        let timeout = check_fleet_call(
+            count == 0 || arrays,
+            "conns, out_seconds and out_statuses",
+            max_in_flight,
+            timeout_seconds,
+        )?;
         if count == 0 {
             return Ok(());
         }
         // SAFETY: `count` handle pointers, each NULL or live, by the caller's contract.
-        let outcomes = unsafe { sweep_handles(conns, count, timeout, max_in_flight) }?;
+        let handles = unsafe { shared_handles(conns, count) };
+        let outcomes = sweep_handles(&handles, timeout, max_in_flight)?;
         for (index, outcome) in outcomes.into_iter().enumerate() {
             let (status, seconds, code) = match outcome {
                 Ok(seconds) => (wool_status::Ok, seconds, -1),
@@ -75,24 +74,50 @@ pub unsafe extern "C" fn wool_idle_many(
     })
 }
 
-/// Sweeps the handles `conns[0..count]` on the library's runtime; a NULL handle reports an
-/// invalid argument in its slot.
+/// The checks both fleet calls make before anything runs: their arrays are present
+/// (`arrays_given`, named by `arrays`), `max_in_flight` is at least 1, the timeout is valid.
+fn check_fleet_call(
+    arrays_given: bool,
+    arrays: &str,
+    max_in_flight: usize,
+    timeout_seconds: f64,
+) -> Result<Option<Duration>, Error> {
+    if !arrays_given {
+        return Err(Error::invalid_argument(format!(
+            "{arrays} must not be NULL when count > 0"
+        )));
+    }
+    if max_in_flight == 0 {
+        return Err(Error::invalid_argument("max_in_flight must be at least 1"));
+    }
+    try_timeout(timeout_seconds)
+}
+
+/// The connections behind `conns[0..count]`, shared with the calls that use them (`None` for
+/// a NULL handle).
 ///
 /// # Safety
 /// `conns` must point to `count` pointers, each NULL or a live handle.
-unsafe fn sweep_handles(
+unsafe fn shared_handles(
     conns: *const *const wool_connection,
     count: usize,
-    timeout: Option<Duration>,
-    max_in_flight: usize,
-) -> Result<Vec<Result<f64, Error>>, Error> {
+) -> Vec<Option<Arc<WorkerConnection>>> {
     // SAFETY: the caller's contract.
     let handles = unsafe { std::slice::from_raw_parts(conns, count) };
-    let connections: Vec<Option<Arc<WorkerConnection>>> = handles
+    handles
         .iter()
         // SAFETY: each NULL or live, by the caller's contract.
         .map(|&handle| unsafe { handle.as_ref() }.map(wool_connection::shared))
-        .collect();
+        .collect()
+}
+
+/// Sweeps the connections on the library's runtime; a NULL handle reports an invalid
+/// argument in its slot.
+fn sweep_handles(
+    connections: &[Option<Arc<WorkerConnection>>],
+    timeout: Option<Duration>,
+    max_in_flight: usize,
+) -> Result<Vec<Result<f64, Error>>, Error> {
     let live: Vec<Arc<WorkerConnection>> = connections.iter().flatten().cloned().collect();
     let options = SweepOptions {
         max_in_flight,
@@ -302,27 +327,18 @@ pub unsafe extern "C" fn wool_retire_idle(
     ffi_panic_boundary!("wool_retire_idle", {
         // SAFETY: the caller's contract above.
         let policy = unsafe { try_ref(policy, "policy") }?.to_policy()?;
-        if count > 0 && (conns.is_null() || out.is_null()) {
-            return Err(Error::invalid_argument(
-                "conns and out must not be NULL when count > 0",
-            ));
-        }
-        if max_in_flight == 0 {
-            return Err(Error::invalid_argument("max_in_flight must be at least 1"));
-        }
-        let timeout = try_timeout(poll_timeout_seconds)?;
+        let timeout = check_fleet_call(
+            count == 0 || !(conns.is_null() || out.is_null()),
+            "conns and out",
+            max_in_flight,
+            poll_timeout_seconds,
+        )?;
         if count == 0 {
             return Ok(());
         }
         // SAFETY: `count` handle pointers, each NULL or live, by the caller's contract.
-        let polls = unsafe { sweep_handles(conns, count, timeout, max_in_flight) }?;
-        // SAFETY: as above.
-        let handles = unsafe { std::slice::from_raw_parts(conns, count) };
-        let workers: Vec<Option<Arc<WorkerConnection>>> = handles
-            .iter()
-            // SAFETY: each NULL or live, by the caller's contract.
-            .map(|&handle| unsafe { handle.as_ref() }.map(wool_connection::shared))
-            .collect();
+        let workers = unsafe { shared_handles(conns, count) };
+        let polls = sweep_handles(&workers, timeout, max_in_flight)?;
         let mut decisions = retire::decide(polls, &policy);
         // A NULL handle failed its poll, so it is never retired: the placeholder is unused.
         let placeholder = Arc::new(WorkerConnection::new("127.0.0.1:1")?);

@@ -406,18 +406,7 @@ impl WoolPool {
     /// `WorkerPool(spawn=spawn, discovery=LocalDiscovery(namespace))`, `extra` passed on
     /// (e.g. `--busy 30`); `netns` runs it inside that network namespace.
     pub fn start(namespace: &str, spawn: usize, extra: &[&str], netns: Option<&str>) -> Self {
-        let mut command = match netns {
-            Some(ns) => {
-                let mut command = Command::new("ip");
-                command
-                    .args(["netns", "exec", ns])
-                    .arg(wool_python("0.15.7"));
-                command
-            }
-            None => Command::new(wool_python("0.15.7")),
-        };
-        let mut child = command
-            .arg(repo().join("tests/interop/wool_pool.py"))
+        let mut child = pool_script(netns)
             .args(["pool", namespace, "--spawn", &spawn.to_string()])
             .args(extra)
             .stdin(Stdio::piped())
@@ -459,18 +448,7 @@ impl WoolPool {
         extra: &[&str],
         netns: Option<&str>,
     ) -> Vec<serde_json::Value> {
-        let mut command = match netns {
-            Some(ns) => {
-                let mut command = Command::new("ip");
-                command
-                    .args(["netns", "exec", ns])
-                    .arg(wool_python("0.15.7"));
-                command
-            }
-            None => Command::new(wool_python("0.15.7")),
-        };
-        let output = command
-            .arg(repo().join("tests/interop/wool_pool.py"))
+        let output = pool_script(netns)
             .args(["subscribe", namespace])
             .args(extra)
             .stdin(Stdio::null())
@@ -486,6 +464,22 @@ impl WoolPool {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
     }
+}
+
+/// `tests/interop/wool_pool.py` under Wool 0.15.7's Python, inside `netns` when given.
+fn pool_script(netns: Option<&str>) -> Command {
+    let mut command = match netns {
+        Some(ns) => {
+            let mut command = Command::new("ip");
+            command
+                .args(["netns", "exec", ns])
+                .arg(wool_python("0.15.7"));
+            command
+        }
+        None => Command::new(wool_python("0.15.7")),
+    };
+    command.arg(repo().join("tests/interop/wool_pool.py"));
+    command
 }
 
 impl Drop for WoolPool {

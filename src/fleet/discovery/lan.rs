@@ -15,7 +15,7 @@ use md5::Digest;
 use mdns_sd::{ResolvedService, ServiceDaemon, ServiceEvent};
 use uuid::Uuid;
 
-use super::{sorted, DiscoveredWorker, Roster, Watch, WatchFeed};
+use super::{sorted, start_watch, DiscoveredWorker, Roster, Watch};
 use crate::connection::{Error, ErrorKind};
 
 /// How long a one-shot listing listens for answers by default: mDNS responders answer a query
@@ -91,34 +91,23 @@ impl LanDiscovery {
     pub fn watch(&self) -> Result<Watch, Error> {
         let daemon = daemon()?;
         let events = daemon.browse(&self.service_type).map_err(mdns_error)?;
-        let (watch, feed) = WatchFeed::channel();
         let discovery = self.clone();
-        std::thread::Builder::new()
-            .name("wool-discovery".into())
-            .spawn(move || {
-                let mut roster = Roster::default();
-                loop {
-                    let next = flume::Selector::new()
-                        .recv(&events, |event| event.ok())
-                        .recv(&feed.stop, |_| None)
-                        .wait();
-                    let Some(event) = next else { break };
-                    if let Some(change) = discovery.apply(&mut roster, event) {
-                        if !feed.send(change) {
-                            break;
-                        }
+        start_watch(move |feed| {
+            let mut roster = Roster::default();
+            loop {
+                let next = flume::Selector::new()
+                    .recv(&events, |event| event.ok())
+                    .recv(&feed.stop, |_| None)
+                    .wait();
+                let Some(event) = next else { break };
+                if let Some(change) = discovery.apply(&mut roster, event) {
+                    if !feed.send(change) {
+                        break;
                     }
                 }
-                let _ = daemon.shutdown();
-            })
-            .map_err(|e| {
-                Error::new(
-                    ErrorKind::Transient,
-                    None,
-                    format!("cannot start the watch thread: {e}"),
-                )
-            })?;
-        Ok(watch)
+            }
+            let _ = daemon.shutdown();
+        })
     }
 
     /// Brings the roster up to date with one browse event.

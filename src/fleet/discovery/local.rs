@@ -25,7 +25,7 @@ use prost::Message;
 use sha2::Digest;
 use uuid::Uuid;
 
-use super::{sorted, DiscoveredWorker, Roster, Watch, WatchFeed};
+use super::{sorted, start_watch, DiscoveredWorker, Roster, Watch};
 use crate::connection::{Error, ErrorKind};
 use crate::protocol::WorkerMetadata;
 
@@ -84,7 +84,6 @@ impl LocalDiscovery {
     ///
     /// Errors: [`ErrorKind::Transient`] when the watch thread cannot be started.
     pub fn watch(&self) -> Result<Watch, Error> {
-        let (watch, feed) = WatchFeed::channel();
         let (wake_tx, wake_rx) = flume::bounded::<()>(1);
         // Wool's subscriber makes the directory so that its watch has something to watch.
         let _ = std::fs::create_dir_all(&self.notify_dir);
@@ -107,41 +106,31 @@ impl LocalDiscovery {
             }
         };
         let discovery = self.clone();
-        std::thread::Builder::new()
-            .name("wool-discovery".into())
-            .spawn(move || {
-                let _watcher = watcher;
-                let mut roster = Roster::default();
-                loop {
-                    match discovery.scan() {
-                        Ok(scan) => {
-                            for event in roster.replace(scan) {
-                                if !feed.send(event) {
-                                    return;
-                                }
+        start_watch(move |feed| {
+            let _watcher = watcher;
+            let mut roster = Roster::default();
+            loop {
+                match discovery.scan() {
+                    Ok(scan) => {
+                        for event in roster.replace(scan) {
+                            if !feed.send(event) {
+                                return;
                             }
                         }
-                        Err(error) => tracing::warn!(%error, "registry scan failed"),
                     }
-                    // Wait for a notification or the rescan interval, whichever first; end when
-                    // the watch is dropped.
-                    let woke = flume::Selector::new()
-                        .recv(&wake_rx, |_| false)
-                        .recv(&feed.stop, |_| true)
-                        .wait_timeout(RESCAN_INTERVAL);
-                    if matches!(woke, Ok(true)) || feed.stopped_within(Duration::ZERO) {
-                        return;
-                    }
+                    Err(error) => tracing::warn!(%error, "registry scan failed"),
                 }
-            })
-            .map_err(|e| {
-                Error::new(
-                    ErrorKind::Transient,
-                    None,
-                    format!("cannot start the watch thread: {e}"),
-                )
-            })?;
-        Ok(watch)
+                // Wait for a notification or the rescan interval, whichever first; end when
+                // the watch is dropped.
+                let woke = flume::Selector::new()
+                    .recv(&wake_rx, |_| false)
+                    .recv(&feed.stop, |_| true)
+                    .wait_timeout(RESCAN_INTERVAL);
+                if matches!(woke, Ok(true)) || feed.stopped_within(Duration::ZERO) {
+                    return;
+                }
+            }
+        })
     }
 
     /// One pass over the registry, in slot order.

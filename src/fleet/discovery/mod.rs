@@ -204,6 +204,24 @@ struct WatchFeed {
     stop: flume::Receiver<()>,
 }
 
+/// Starts a backend's watch thread running `body` with the feed of a new watch.
+///
+/// Errors: [`ErrorKind::Transient`](crate::ErrorKind::Transient) when the thread cannot start.
+fn start_watch(body: impl FnOnce(WatchFeed) + Send + 'static) -> Result<Watch, Error> {
+    let (watch, feed) = WatchFeed::channel();
+    std::thread::Builder::new()
+        .name("wool-discovery".into())
+        .spawn(move || body(feed))
+        .map_err(|e| {
+            Error::new(
+                crate::ErrorKind::Transient,
+                None,
+                format!("cannot start the watch thread: {e}"),
+            )
+        })?;
+    Ok(watch)
+}
+
 impl WatchFeed {
     /// A new watch and the feed its backend thread writes.
     fn channel() -> (Watch, WatchFeed) {
