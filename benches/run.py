@@ -420,9 +420,11 @@ def woolctl_sweep(tools: dict, addrs: list[str], conc: int, timeout: float) -> d
     (process start, connections, polls, output)."""
     argv = [str(tools["woolctl"]), "--output", "json", "--max-in-flight", str(conc),
             "--rpc-timeout", f"{timeout:g}s", "sweep", *addrs]
+    before = children_cpu()
     t = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     wall = (time.perf_counter() - t) * 1e3
+    cpu = children_cpu() - before
     rows = [json.loads(l) for l in done.stdout.splitlines() if l.strip().startswith("{")]
     if done.returncode not in (0, 1) or len(rows) != len(addrs):
         raise RuntimeError(f"woolctl sweep failed ({done.returncode}, {len(rows)} rows): "
@@ -430,7 +432,7 @@ def woolctl_sweep(tools: dict, addrs: list[str], conc: int, timeout: float) -> d
     failed = [r for r in rows if not r.get("ok")]
     return {"endpoints": len(rows), "concurrency": conc, "cold_ms": round(wall, 2), "warm_ms": [],
             "failures": [len(failed)],
-            "first_error": json.dumps(failed[0].get("error")) if failed else ""}
+            "first_error": json.dumps(failed[0].get("error")) if failed else "", "_cpu_s": cpu}
 
 
 def section_fleet(tools: dict) -> dict:
