@@ -1216,7 +1216,7 @@ def update_doc_partial(res: dict, only: set[str]) -> None:
             intro.append(line)
     number = lambda sec: float(sec[0][4:].split(".")[0]) if sec[0][4:5].isdigit() else 99  # noqa: E731
     for key in done:
-        new = parts[key] + ([""] if parts[key][-1] != "" else [])
+        new = "\n".join(parts[key]).rstrip("\n").split("\n") + [""]
         at = next((i for i, sec in enumerate(sections) if sec[0].startswith(key)), None)
         if at is not None:
             sections[at] = new
@@ -1240,13 +1240,13 @@ def update_doc_partial(res: dict, only: set[str]) -> None:
     which = " and ".join(names[k] for k in done)
     note = (f"Re-measured: section{'s' if len(done) > 1 else ''} {which} and {'their' if len(done) > 1 else 'its'} "
             f"target rows, in a run of {res['started']} (`BENCH_ONLY={','.join(sorted(only))}`) at "
-            f"commit `{m['commit']}`, load average {m['loadavg_at_start'][0]:.2f} at the start and "
+            f"commit `{m['commit']}`: {m['nproc']} × {m['cpu_model']}, Linux {m['kernel']}, load average {m['loadavg_at_start'][0]:.2f} at the start and "
             f"{m['loadavg_at_end'][0]:.2f} at the end; {res['elapsed_s']:.0f} s of measurement. "
             f"The other sections are from the run above.")
     intro = [l for l in intro if not (l.startswith("Re-measured:") and which in l)]
     while intro and intro[-1] == "":
         intro.pop()
-    intro += [note, ""]
+    intro += ["", note, ""]
     body = "\n".join(intro + [l for sec in sections for l in sec]).rstrip("\n")
     doc.write_text(before + START + "\n" + body + "\n" + END + after)
     log("updated sections " + which + " of the generated block of BENCHMARKS.md")
