@@ -32,13 +32,25 @@ struct PoolEntry {
     unused_since: Option<Instant>,
 }
 
-type Pool = Mutex<HashMap<Arc<PoolKey>, PoolEntry>>;
+/// The channels by key, and when the soonest unused one expires (`None`: none is unused), so
+/// that eviction scans the pool only when something is due, not on every acquisition (which
+/// made connecting to N workers cost O(N²)).
+#[derive(Debug, Default)]
+struct PoolState {
+    entries: HashMap<Arc<PoolKey>, PoolEntry>,
+    next_expiry: Option<Instant>,
+    /// When a task waiting to evict, spawned on some runtime, is to run: one is enough. (One
+    /// whose runtime has ended never runs; a second after its time another may be spawned.)
+    eviction_pending: Option<Instant>,
+}
+
+type Pool = Mutex<PoolState>;
 
 /// The pool of this process: a child forked after the library was used gets a pool of its own
 /// and never touches (or locks) the parent's.
 static POOL: PerProcess<Pool> = PerProcess::new();
 
-fn pool() -> std::sync::MutexGuard<'static, HashMap<Arc<PoolKey>, PoolEntry>> {
+fn pool() -> std::sync::MutexGuard<'static, PoolState> {
     let pool = POOL
         .get_or_try_init(
             || Ok::<_, std::convert::Infallible>(Pool::default()),
@@ -65,12 +77,12 @@ impl ChannelLease {
     /// Must run inside a tokio runtime (the channel spawns its worker task there).
     pub(crate) fn acquire(key: &Arc<PoolKey>) -> Result<Self, Error> {
         let mut pool = pool();
-        evict_expired(&mut pool);
-        let entry = match pool.get_mut(key) {
+        pool.evict_if_due();
+        let entry = match pool.entries.get_mut(key) {
             Some(entry) => entry,
             None => {
                 let channel = open_channel(key)?;
-                pool.entry(Arc::clone(key)).or_insert(PoolEntry {
+                pool.entries.entry(Arc::clone(key)).or_insert(PoolEntry {
                     channel,
                     users: 0,
                     unused_since: None,
@@ -108,39 +120,67 @@ impl Drop for ChannelLease {
         // SAFETY: dropped once, here, and never used again.
         unsafe { std::mem::ManuallyDrop::drop(&mut self.channel) };
         let mut pool = pool();
-        if let Some(entry) = pool.get_mut(&self.key) {
+        if let Some(entry) = pool.entries.get_mut(&self.key) {
             entry.users -= 1;
             if entry.users == 0 {
-                entry.unused_since = Some(Instant::now());
-                schedule_eviction();
+                let now = Instant::now();
+                entry.unused_since = Some(now);
+                let due = *pool.next_expiry.get_or_insert(now + UNUSED_CHANNEL_TTL);
+                pool.schedule_eviction(due.saturating_duration_since(now));
             }
         }
     }
 }
 
-/// Drops channels unused for longer than the TTL (closing their connections).
-fn evict_expired(pool: &mut HashMap<Arc<PoolKey>, PoolEntry>) {
-    pool.retain(|_, entry| {
-        entry
-            .unused_since
-            .is_none_or(|since| since.elapsed() < UNUSED_CHANNEL_TTL)
-    });
-}
-
-/// Evicts expired channels once the TTL has passed, if a runtime is at hand to wait on;
-/// otherwise the next [`ChannelLease::acquire`] does it.
-fn schedule_eviction() {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(async {
-            tokio::time::sleep(UNUSED_CHANNEL_TTL + Duration::from_millis(10)).await;
-            evict_expired(&mut pool());
+impl PoolState {
+    /// When an unused channel is due to expire, drops every channel unused for longer than the
+    /// TTL (closing their connections) and notes when the next one expires. O(1) otherwise.
+    fn evict_if_due(&mut self) {
+        let now = Instant::now();
+        if self.next_expiry.is_none_or(|due| now < due) {
+            return;
+        }
+        self.entries.retain(|_, entry| {
+            entry
+                .unused_since
+                .is_none_or(|since| now.duration_since(since) < UNUSED_CHANNEL_TTL)
         });
+        self.next_expiry = self
+            .entries
+            .values()
+            .filter_map(|entry| entry.unused_since)
+            .min()
+            .map(|since| since + UNUSED_CHANNEL_TTL);
+        if let Some(due) = self.next_expiry {
+            self.schedule_eviction(due.saturating_duration_since(now));
+        }
+    }
+
+    /// Evicts expired channels after `delay`, if a runtime is at hand to wait on and no such
+    /// wait is pending; otherwise a pending wait or the next [`ChannelLease::acquire`] does it.
+    fn schedule_eviction(&mut self, delay: Duration) {
+        let now = Instant::now();
+        if self
+            .eviction_pending
+            .is_some_and(|at| now < at + Duration::from_secs(1))
+        {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            self.eviction_pending = Some(now + delay);
+            runtime.spawn(async move {
+                tokio::time::sleep(delay + Duration::from_millis(10)).await;
+                let mut pool = pool();
+                pool.eviction_pending = None;
+                pool.evict_if_due();
+            });
+        }
     }
 }
 
 /// Number of channels in the pool now (in use or lingering).
 pub fn pooled_channels() -> usize {
-    pool().len()
+    pool().entries.len()
 }
 
 fn open_channel(key: &PoolKey) -> Result<Http2Channel, Error> {

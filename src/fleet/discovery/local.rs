@@ -11,12 +11,13 @@
 //!   without the writers' lock, so a record may be missing or half-written: it is skipped and
 //!   read again on the next change.
 //!
-//! Segments are read with `read(2)`, never mapped: a writer shrinking or unlinking one cannot
-//! fault this process.
+//! Segments are read with `pread(2)`, never mapped: a writer shrinking or unlinking one cannot
+//! fault this process. They stay open between scans (see `OpenSegments`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::ErrorKind as IoErrorKind;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine;
@@ -40,11 +41,44 @@ const RESCAN_INTERVAL: Duration = Duration::from_secs(1);
 /// Discovery through a Wool pool's shared-memory registry on this host (Wool's
 /// `LocalDiscovery(namespace)`): sees the workers of every pool started with that namespace on
 /// this machine, e.g. `WorkerPool(spawn=4, discovery=LocalDiscovery("batch"))`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct LocalDiscovery {
     namespace: String,
     shm_dir: PathBuf,
     notify_dir: PathBuf,
+    /// Segments kept open between scans (shared by clones, e.g. a watch's thread).
+    open: Arc<OpenSegments>,
+}
+
+impl PartialEq for LocalDiscovery {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.namespace, &self.shm_dir) == (&other.namespace, &other.shm_dir)
+    }
+}
+
+impl Eq for LocalDiscovery {}
+
+/// The registry and the records of the last scan, kept open so that a scan reads each with
+/// `pread` and checks with `fstat` that it was not unlinked (Wool re-creates a vanished
+/// record under the same name): two system calls a worker instead of open, read and close,
+/// and no name to hash again. Records of workers no longer registered are closed.
+#[derive(Default)]
+struct OpenSegments {
+    segments: Mutex<Segments>,
+}
+
+#[derive(Default)]
+struct Segments {
+    registry: Option<std::fs::File>,
+    records: HashMap<Uuid, (PathBuf, Option<std::fs::File>)>,
+    /// Where segments are read: reused by every read of every scan.
+    buffer: Vec<u8>,
+}
+
+impl std::fmt::Debug for OpenSegments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenSegments").finish_non_exhaustive()
+    }
 }
 
 impl LocalDiscovery {
@@ -61,6 +95,7 @@ impl LocalDiscovery {
             namespace: namespace.to_owned(),
             shm_dir: PathBuf::from(SHM_DIR),
             notify_dir: tmp.join(format!("wool-{namespace}")),
+            open: Arc::default(),
         })
     }
 
@@ -70,7 +105,9 @@ impl LocalDiscovery {
     }
 
     /// The workers registered now, sorted by address. A namespace with no registry on this
-    /// host (no pool started with it, or every pool gone) lists as empty.
+    /// host (no pool started with it, or every pool gone) lists as empty. The registry's
+    /// segments stay open (one descriptor per worker) until this value and its clones are
+    /// dropped, so that later listings cost two system calls per worker.
     ///
     /// Errors: [`ErrorKind::Transient`] when the registry exists but cannot be read (e.g. no
     /// permission).
@@ -135,10 +172,19 @@ impl LocalDiscovery {
 
     /// One pass over the registry, in slot order.
     fn scan(&self) -> Result<Vec<DiscoveredWorker>, Error> {
+        let mut open = self.open.segments.lock().unwrap_or_else(|e| e.into_inner());
+        let Segments {
+            registry,
+            records,
+            buffer,
+        } = &mut *open;
         let registry_path = self.shm_dir.join(short_hash(&self.namespace));
-        let registry = match read_segment(&registry_path) {
-            Ok(Some(bytes)) => bytes,
-            Ok(None) => return Ok(Vec::new()),
+        let registry = match read_segment(&registry_path, registry, buffer) {
+            Ok(Some(length)) => buffer[..length].to_vec(),
+            Ok(None) => {
+                records.clear();
+                return Ok(Vec::new());
+            }
             Err(error) => {
                 return Err(Error::new(
                     ErrorKind::Transient,
@@ -155,24 +201,43 @@ impl LocalDiscovery {
             tracing::debug!(namespace = %self.namespace, "registry header not yet written");
             return Ok(Vec::new());
         };
-        Ok(slots.filter_map(|uid| self.read_record(uid)).collect())
+        let slots: Vec<Uuid> = slots.collect();
+        let workers = slots
+            .iter()
+            .filter_map(|&uid| {
+                let (path, file) = records.entry(uid).or_insert_with(|| {
+                    let name = short_hash(&uid.simple().to_string());
+                    (self.shm_dir.join(name), None)
+                });
+                self.read_record(uid, path, file, buffer)
+            })
+            .collect();
+        // Every slot now has its record entry: more entries than slots means workers that left.
+        if records.len() > slots.len() {
+            let registered: std::collections::HashSet<&Uuid> = slots.iter().collect();
+            records.retain(|uid, _| registered.contains(uid));
+        }
+        Ok(workers)
     }
 
     /// The record of the worker in a slot, or `None` (with a log line) when it cannot be read.
-    fn read_record(&self, slot_uid: Uuid) -> Option<DiscoveredWorker> {
-        let path = self
-            .shm_dir
-            .join(short_hash(&slot_uid.simple().to_string()));
+    fn read_record(
+        &self,
+        slot_uid: Uuid,
+        path: &Path,
+        file: &mut Option<std::fs::File>,
+        buffer: &mut Vec<u8>,
+    ) -> Option<DiscoveredWorker> {
         let skip = |why: &str| {
             tracing::warn!(namespace = %self.namespace, worker = %slot_uid, "skipping a registry record: {why}");
             None
         };
-        let bytes = match read_segment(&path) {
-            Ok(Some(bytes)) => bytes,
+        let bytes = match read_segment(path, file, buffer) {
+            Ok(Some(length)) => &buffer[..length],
             Ok(None) => return skip("its record segment is missing"),
             Err(error) => return skip(&format!("its record cannot be read: {error}")),
         };
-        match decode_record(&bytes) {
+        match decode_record(bytes) {
             Ok(worker) if worker.uid == slot_uid => Some(worker),
             Ok(worker) => skip(&format!("the record names another worker, {}", worker.uid)),
             Err(why) => skip(&why),
@@ -190,13 +255,66 @@ fn check_namespace(namespace: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// Reads a whole segment; `Ok(None)` when it does not exist.
-fn read_segment(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
-    match std::fs::read(path) {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(error) if error.kind() == IoErrorKind::NotFound => Ok(None),
-        Err(error) => Err(error),
+/// Reads a whole segment into `buffer` (grown as needed, never shrunk, so a scan allocates once)
+/// and returns its length; `Ok(None)` when it does not exist. Keeps it open in `file` for the
+/// next read, which then costs an `fstat` (reopening when the segment was unlinked since) and
+/// a `pread`.
+fn read_segment(
+    path: &Path,
+    file: &mut Option<std::fs::File>,
+    buffer: &mut Vec<u8>,
+) -> std::io::Result<Option<usize>> {
+    use std::os::unix::fs::FileExt;
+    /// Larger than Wool's default record (1,024 bytes) and a 128-slot registry (2,064).
+    const USUAL: usize = 4096;
+    if let Some(open) = file {
+        if links(open)? == 0 {
+            *file = None;
+        }
     }
+    let open = match file {
+        Some(open) => open,
+        None => match std::fs::File::open(path) {
+            Ok(opened) => file.insert(opened),
+            Err(error) if error.kind() == IoErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(error),
+        },
+    };
+    if buffer.len() < USUAL {
+        buffer.resize(USUAL, 0);
+    }
+    let mut filled = 0;
+    loop {
+        match open.read_at(&mut buffer[filled..], filled as u64) {
+            Ok(0) => break,
+            Ok(n) => {
+                filled += n;
+                if filled < buffer.len() {
+                    // A short read of a shared-memory segment is its end.
+                    break;
+                }
+                buffer.resize(buffer.len() * 2, 0);
+            }
+            Err(error) if error.kind() == IoErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(Some(filled))
+}
+
+/// The number of names an open file still has (0 once unlinked), by `fstat(2)`: the plain
+/// call, cheaper than the `statx` that `File::metadata` makes.
+fn links(file: &std::fs::File) -> std::io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: a valid descriptor and a buffer for one `stat`.
+    if unsafe { libc::fstat(file.as_raw_fd(), stat.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fstat succeeded, so it filled the buffer.
+    let links = unsafe { stat.assume_init() }.st_nlink;
+    #[allow(clippy::unnecessary_cast)] // nlink_t is u64 here, u32 on other targets
+    Ok(links as u64)
 }
 
 /// The non-empty slots of a registry, or `None` when its header is not (yet) Wool's.
@@ -394,6 +512,46 @@ mod tests {
         ] {
             assert!(log.contains(why), "no line about {why}: {log}");
         }
+    }
+
+    /// Given a listing that kept a record open, when Wool re-creates that record under the same
+    /// name (its publisher reclaims a vanished block) or rewrites it in place, then the next
+    /// listing reads the new content; a worker that left is forgotten.
+    #[test]
+    fn records_kept_open_are_read_afresh_when_rewritten_or_recreated() {
+        let shm = tempfile::tempdir().unwrap();
+        let discovery = LocalDiscovery {
+            shm_dir: shm.path().to_path_buf(),
+            ..LocalDiscovery::new("reopen").unwrap()
+        };
+        let uid = Uuid::new_v4();
+        let mut registry = vec![0u8; 16 + 2 * 16];
+        registry[..4].copy_from_slice(HEADER_MAGIC);
+        registry[4..8].copy_from_slice(&2u32.to_le_bytes());
+        registry[16..32].copy_from_slice(uid.as_bytes());
+        let registry_path = shm.path().join(short_hash("reopen"));
+        std::fs::write(&registry_path, &registry).unwrap();
+        let segment = shm.path().join(short_hash(&uid.simple().to_string()));
+        let at = |address: &str| WorkerMetadata {
+            uid: uid.to_string(),
+            address: address.into(),
+            ..WorkerMetadata::default()
+        };
+        std::fs::write(&segment, record(&at("127.0.0.1:1"))).unwrap();
+        assert_eq!(discovery.list().unwrap()[0].address, "127.0.0.1:1");
+        std::fs::write(&segment, record(&at("127.0.0.1:2"))).unwrap(); // in place
+        assert_eq!(discovery.list().unwrap()[0].address, "127.0.0.1:2");
+        std::fs::remove_file(&segment).unwrap(); // unlinked, then made anew
+        std::fs::write(&segment, record(&at("127.0.0.1:3"))).unwrap();
+        assert_eq!(discovery.list().unwrap()[0].address, "127.0.0.1:3");
+        std::fs::remove_file(&segment).unwrap();
+        assert!(
+            discovery.list().unwrap().is_empty(),
+            "a missing record is skipped"
+        );
+        std::fs::remove_file(&registry_path).unwrap();
+        assert!(discovery.list().unwrap().is_empty());
+        assert!(discovery.open.segments.lock().unwrap().records.is_empty());
     }
 
     #[test]
