@@ -537,7 +537,8 @@ def section_discovery(tools: dict, worker: Server) -> dict:
         res = run_json([str(tools["bench"]), "discover", namespace, str(reps), worker.address,
                         str(CFG["DISCOVERY_POLL_N"])], "discover")
         out.update({k: res[k] for k in ("reps", "workers", "counts", "first_us", "median_us",
-                                        "p90_us", "min_us", "mean_us", "cpu_us_per_list")})
+                                        "p90_us", "min_us", "mean_us", "cpu_us_per_list",
+                                        "fresh_median_us")})
         out["poll_same_process"] = {k: res["poll"][k] for k in ("n", "median_us", "p99_us",
                                                                 "cpu_us_per_poll")}
         if CFG["DISCOVERY_STRACE"] and shutil.which("strace"):
@@ -907,7 +908,10 @@ def discovery_targets(res: dict) -> list[dict]:
         return []
     poll, source = discovery_poll(res)
     ratio = disc["median_us"] / poll
-    note = (f"{disc['median_us']:.1f} vs {poll:.1f} µs ({source}); p90 {disc['p90_us']:.1f} µs; "
+    note = (f"kept LocalDiscovery: {disc['median_us']:.1f} vs {poll:.1f} µs ({source}); p90 "
+            f"{disc['p90_us']:.1f} µs; fresh LocalDiscovery each time "
+            f"{disc.get('fresh_median_us', float('nan')):.1f} µs "
+            f"({disc.get('fresh_median_us', float('nan')) / poll:.2f}x); "
             f"listed {disc['workers']} of {disc['published']}")
     st = disc.get("strace")
     if st:
@@ -1001,14 +1005,18 @@ def markdown_discovery(res: dict) -> list[str]:
     lines = ["### 6. Local discovery (Wool's shared-memory registry)\n",
              f"A registry of {disc['published']} workers written by Wool 0.15.7's own publisher "
              f"(`LocalDiscovery(ns, capacity={disc['published']})` as the owner, "
-             f"{disc['published']} `worker-added` events, kept alive while measuring), listed by "
-             f"`LocalDiscovery::new(ns)?.list()` {disc['reps']:,} times in one process "
-             f"(`wool_bench discover`):\n",
+             f"{disc['published']} `worker-added` events, kept alive while measuring), listed "
+             f"{disc['reps']:,} times in one process by one kept `LocalDiscovery` (a fleet "
+             f"manager's rounds: its first listing opens the segments, later ones `fstat` and "
+             f"`pread` them), and {disc['reps'] // 4:,} times by a new one each time (a one-shot "
+             f"tool, e.g. `woolctl discover`: every segment opened) (`wool_bench discover`):\n",
              "| | median µs | p90 µs | first µs | CPU µs | workers listed |",
              "|---|--:|--:|--:|--:|--:|",
-             f"| `LocalDiscovery::new(ns)?.list()`, {disc['published']} workers | "
+             f"| `discovery.list()` on a kept `LocalDiscovery`, {disc['published']} workers | "
              f"{disc['median_us']:.1f} | {disc['p90_us']:.1f} | {disc['first_us']:.1f} | "
              f"{disc['cpu_us_per_list']:.1f} | {disc['workers']} |",
+             f"| `LocalDiscovery::new(ns)?.list()` (fresh each time) | "
+             f"{disc.get('fresh_median_us', float('nan')):.1f} | – | – | – | {disc['workers']} |",
              f"| one sequential idle poll, {source} | {poll:.1f} | – | – | – | – |"]
     same = disc["poll_same_process"]
     if "same process" not in source:
