@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use futures_util::StreamExt;
 use serde_json::json;
 use wool::connection::ChannelOptions;
 use wool::fleet::discovery::{
@@ -57,7 +58,7 @@ struct Global {
     /// plus this.
     #[arg(long, global = true, value_parser = parse_duration, default_value = "5s")]
     rpc_timeout: Duration,
-    /// Most calls in flight at once in a sweep or reap.
+    /// Most calls in flight at once (polls of a sweep, stops).
     #[arg(long, global = true, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     max_in_flight: u64,
 }
@@ -533,13 +534,16 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Stop { grace, addresses } => {
             let members = context.members_of_targets(&addresses)?;
             let timeout = context.stop_timeout(grace);
-            let stops = futures_util::future::join_all(members.iter().map(|member| async move {
-                match &member.connection {
-                    Ok(connection) => connection.stop(grace, timeout).await,
-                    Err(error) => Err(error.clone()),
-                }
-            }))
-            .await;
+            let stops: Vec<Result<(), Error>> = futures_util::stream::iter(members.iter())
+                .map(|member| async move {
+                    match &member.connection {
+                        Ok(connection) => connection.stop(grace, timeout).await,
+                        Err(error) => Err(error.clone()),
+                    }
+                })
+                .buffered(context.max_in_flight)
+                .collect()
+                .await;
             let mut all_ok = true;
             if context.output == Output::Table {
                 print_line(format!("{:<36}  {}", "TARGET", "STATUS"));
