@@ -5,6 +5,10 @@
 
 tonic::include_proto!("wool.runtime.protobuf.wire");
 
+/// The encoded `FileDescriptorSet` of `proto/wool/wire.proto`, served by the worker's server
+/// reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("wool_descriptor");
+
 /// Wool's channel default for message sizes, each way: 100 MiB. The worker's limit and the
 /// client's default.
 pub const MAX_MESSAGE_BYTES: usize = 100 * 1024 * 1024;

@@ -1,7 +1,10 @@
 //! `wool-worker`: the reference Wool worker.
 //!
 //! `wool-worker [--listen ADDR] [--tls-ca PATH --tls-cert PATH --tls-key PATH [--one-way]] [--threads N]
-//!  [--keepalive-interval SECONDS] [--keepalive-timeout SECONDS]`
+//!  [--keepalive-interval SECONDS] [--keepalive-timeout SECONDS] [--health-listen ADDR]`
+//!
+//! It serves grpc.health.v1 (SERVING until a stop begins, then NOT_SERVING) and server
+//! reflection (v1 and v1alpha) beside Wool's `Worker` service.
 //!
 //! Prints its dialable address as the first stdout line (flushed at once), serves the `echo` and
 //! `sleep` routines, and exits 0 once a `stop` has completed. SIGTERM and SIGINT stop it
@@ -22,6 +25,10 @@ struct Args {
     /// Where to listen: `host:port` (port 0 picks one) or `unix:PATH`.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: ListenAddress,
+    /// Also serve grpc.health.v1 alone, in plaintext, on this TCP `host:port` (for Kubernetes
+    /// gRPC probes, which cannot speak TLS). Health turns NOT_SERVING as soon as a stop begins.
+    #[arg(long, value_name = "ADDR")]
+    health_listen: Option<String>,
     /// CA certificate (PEM) that client certificates must chain to (mutual TLS).
     #[arg(long, requires_all = ["tls_cert", "tls_key"])]
     tls_ca: Option<PathBuf>,
@@ -132,6 +139,9 @@ async fn run(args: Args) -> Result<(), String> {
     if let Some(credentials) = args.credentials()? {
         builder = builder.credentials(credentials);
     }
+    if let Some(health) = &args.health_listen {
+        builder = builder.health_listen(health.clone());
+    }
     let worker = builder.serve().await.map_err(|e| e.to_string())?;
     {
         let mut stdout = std::io::stdout().lock();
@@ -139,7 +149,11 @@ async fn run(args: Args) -> Result<(), String> {
             .and_then(|()| stdout.flush())
             .map_err(|e| e.to_string())?;
     }
-    tracing::info!(address = worker.address(), "serving");
+    tracing::info!(
+        address = worker.address(),
+        health = worker.health_address(),
+        "serving"
+    );
     tokio::select! {
         result = worker.wait() => return result.map_err(|e| e.to_string()),
         _ = terminate.recv() => {}

@@ -64,6 +64,9 @@ pub enum WorkerError {
     /// The TLS material could not be used.
     #[error("invalid TLS configuration: {0}")]
     Tls(String),
+    /// The server-reflection service could not be built from the protocol's descriptors.
+    #[error("cannot build server reflection: {0}")]
+    Reflection(String),
     /// The gRPC server failed while serving.
     #[error("worker server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
@@ -191,6 +194,7 @@ impl Worker {
     pub fn builder() -> WorkerBuilder {
         WorkerBuilder {
             listen: ListenAddress::Tcp("127.0.0.1:0".into()),
+            health_listen: None,
             credentials: None,
             routines: RoutineRegistry::default(),
             keepalive_interval: Some(DEFAULT_KEEPALIVE),
@@ -203,6 +207,7 @@ impl Worker {
 #[derive(Debug)]
 pub struct WorkerBuilder {
     listen: ListenAddress,
+    health_listen: Option<String>,
     credentials: Option<ServerCredentials>,
     routines: RoutineRegistry,
     keepalive_interval: Option<Duration>,
@@ -217,6 +222,14 @@ impl WorkerBuilder {
     /// Where to listen (default `127.0.0.1:0`).
     pub fn listen(mut self, address: ListenAddress) -> Self {
         self.listen = address;
+        self
+    }
+
+    /// Also serve `grpc.health.v1.Health` alone, in plaintext, on this TCP address (`host:port`,
+    /// port 0 picks one): for Kubernetes gRPC probes, which cannot speak TLS. The main address
+    /// serves health too, with the worker's own credentials.
+    pub fn health_listen(mut self, address: impl Into<String>) -> Self {
+        self.health_listen = Some(address.into());
         self
     }
 
@@ -274,7 +287,16 @@ impl WorkerBuilder {
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
             tracker: Arc::clone(&state.tracker),
         };
-        let router = server.add_service(service);
+        let health = Health::start(&state).await;
+        let router = server
+            .add_service(service)
+            .add_service(health.service.clone())
+            .add_service(reflection_v1()?)
+            .add_service(reflection_v1alpha()?);
+        let health_address = match &self.health_listen {
+            Some(address) => Some(health.serve_alone(address, state.shutdown.clone()).await?),
+            None => None,
+        };
         let shutdown = state.shutdown.clone();
         let count = Arc::clone(&accepted);
         let (address, unix_path, server_task): (String, Option<BoundSocket>, ServerTask) =
@@ -322,12 +344,92 @@ impl WorkerBuilder {
             };
         Ok(WorkerHandle {
             address,
+            health_address,
             unix_path,
             state,
             accepted,
             server: tokio::sync::Mutex::new(Some(server_task)),
         })
     }
+}
+
+/// The worker's `grpc.health.v1.Health` (tonic-health): SERVING from start-up, for the whole
+/// server (`""`) and for the `Worker` service; NOT_SERVING for both as soon as a stop begins, so
+/// that load balancers and probes drain the worker while it finishes its in-flight work.
+struct Health {
+    service: tonic_health::pb::health_server::HealthServer<tonic_health::server::HealthService>,
+}
+
+impl Health {
+    async fn start(state: &Arc<WorkerState>) -> Self {
+        let reporter = tonic_health::server::HealthReporter::new();
+        let service = tonic_health::pb::health_server::HealthServer::new(
+            tonic_health::server::HealthService::from_health_reporter(reporter.clone()),
+        );
+        reporter.set_serving::<WorkerServer<WorkerService>>().await;
+        let begun = state.stop_begun.clone();
+        tokio::spawn(async move {
+            begun.cancelled().await;
+            reporter
+                .set_service_status("", tonic_health::ServingStatus::NotServing)
+                .await;
+            reporter
+                .set_not_serving::<WorkerServer<WorkerService>>()
+                .await;
+        });
+        Self { service }
+    }
+
+    /// Serves health alone on `address` (plaintext TCP) until `shutdown`; its bound address.
+    async fn serve_alone(
+        &self,
+        address: &str,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> Result<String, WorkerError> {
+        let bind_error = |source| WorkerError::Bind {
+            address: address.to_owned(),
+            source,
+        };
+        let listener = TcpListener::bind(address).await.map_err(bind_error)?;
+        let local = listener.local_addr().map_err(bind_error)?;
+        let router = Server::builder().add_service(self.service.clone());
+        tokio::spawn(router.serve_with_incoming_shutdown(
+            TcpListenerStream::new(listener),
+            shutdown.cancelled_owned(),
+        ));
+        Ok(local.to_string())
+    }
+}
+
+/// Server reflection (tonic-reflection), v1: the worker describes its services, so grpcurl
+/// and other tools work without the .proto files.
+fn reflection_v1() -> Result<
+    tonic_reflection::server::v1::ServerReflectionServer<
+        impl tonic_reflection::server::v1::ServerReflection,
+    >,
+    WorkerError,
+> {
+    reflection()
+        .build_v1()
+        .map_err(|e| WorkerError::Reflection(e.to_string()))
+}
+
+/// Server reflection, v1alpha (what older grpcurl and grpc_cli versions ask for).
+fn reflection_v1alpha() -> Result<
+    tonic_reflection::server::v1alpha::ServerReflectionServer<
+        impl tonic_reflection::server::v1alpha::ServerReflection,
+    >,
+    WorkerError,
+> {
+    reflection()
+        .build_v1alpha()
+        .map_err(|e| WorkerError::Reflection(e.to_string()))
+}
+
+fn reflection() -> tonic_reflection::server::Builder<'static> {
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::protocol::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
 }
 
 /// The Unix socket a worker bound and its file identity (see [`file_identity`]).
@@ -364,6 +466,7 @@ fn file_identity(path: &std::path::Path) -> Option<(u64, u64)> {
 #[derive(Debug)]
 pub struct WorkerHandle {
     address: String,
+    health_address: Option<String>,
     /// The Unix socket this worker bound, and its file identity (see [`file_identity`]).
     unix_path: Option<(PathBuf, (u64, u64))>,
     state: Arc<WorkerState>,
@@ -375,6 +478,12 @@ impl WorkerHandle {
     /// The dialable address: `127.0.0.1:40123`, `[::1]:40123` or `unix:/path/w.sock`.
     pub fn address(&self) -> &str {
         &self.address
+    }
+
+    /// Where health alone is served in plaintext (`host:port`), when
+    /// [`WorkerBuilder::health_listen`] asked for it.
+    pub fn health_address(&self) -> Option<&str> {
+        self.health_address.as_deref()
     }
 
     /// Seconds continuously idle now (exactly `0.0` while anything is in flight), as the `idle`

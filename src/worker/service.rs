@@ -29,6 +29,8 @@ pub(crate) struct WorkerState {
     cancel: CancellationToken,
     /// Tells the server to shut down (after a stop's drain).
     pub(crate) shutdown: CancellationToken,
+    /// Cancelled as a stop begins, before the drain: health turns NOT_SERVING then.
+    pub(crate) stop_begun: CancellationToken,
 }
 
 impl WorkerState {
@@ -39,6 +41,7 @@ impl WorkerState {
             stopping: AtomicBool::new(false),
             cancel: CancellationToken::new(),
             shutdown: CancellationToken::new(),
+            stop_begun: CancellationToken::new(),
         }
     }
 
@@ -54,6 +57,7 @@ impl WorkerState {
     /// rest, wait for the drain, then signal the server to shut down. Repeating it is harmless.
     pub(crate) async fn stop(&self, grace: Grace) {
         self.stopping.store(true, Ordering::SeqCst);
+        self.stop_begun.cancel();
         match grace {
             Grace::None => self.cancel.cancel(),
             Grace::Within(limit) => {

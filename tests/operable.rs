@@ -1,0 +1,209 @@
+//! The worker as operators' tools see it: grpc.health.v1 and server reflection, checked with
+//! the clients those crates ship (tonic-health's `HealthClient`, tonic-reflection's reflection
+//! clients) over real sockets against `wool-worker` processes.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Pki, WorkerProcess};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+use wool::protocol::Grace;
+use wool::WorkerConnection;
+
+const WORKER_SERVICE: &str = "wool.runtime.protobuf.wire.Worker";
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn channel(address: &str) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap()
+}
+
+async fn status(
+    client: &mut HealthClient<tonic::transport::Channel>,
+    service: &str,
+) -> Result<ServingStatus, tonic::Status> {
+    let answer = client
+        .check(HealthCheckRequest {
+            service: service.into(),
+        })
+        .await?;
+    Ok(answer.into_inner().status())
+}
+
+/// Given a worker serving health on its own port and on a plaintext side port, when a stop
+/// with a grace begins while a task is in flight, then both report SERVING before, NOT_SERVING
+/// for the server and the Worker service during the drain (the task still running), and an
+/// unknown service is NOT_FOUND.
+#[test]
+fn health_is_serving_until_a_stop_begins_then_not_serving_during_the_drain() {
+    let health_address = common::unused_local_address();
+    let mut worker = WorkerProcess::spawn(&["--health-listen".into(), health_address.clone()]);
+    let runtime = runtime();
+    runtime.block_on(async {
+        let mut main = HealthClient::new(channel(&worker.address).await);
+        let mut side = HealthClient::new(channel(&health_address).await);
+        for client in [&mut main, &mut side] {
+            assert_eq!(status(client, "").await.unwrap(), ServingStatus::Serving);
+            assert_eq!(
+                status(client, WORKER_SERVICE).await.unwrap(),
+                ServingStatus::Serving
+            );
+            let unknown = status(client, "no.such.Service").await.unwrap_err();
+            assert_eq!(unknown.code(), tonic::Code::NotFound);
+        }
+        let connection = WorkerConnection::new(&worker.address).unwrap();
+        let dispatcher = WorkerConnection::new(&worker.address).unwrap();
+        let task = tokio::spawn(async move {
+            dispatcher
+                .dispatch("sleep", b"2.0".to_vec(), Some(Duration::from_secs(20)))
+                .await
+        });
+        while connection.idle(Some(Duration::from_secs(2))).await != Ok(0.0) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let stopper = WorkerConnection::new(&worker.address).unwrap();
+        let stop = tokio::spawn(async move {
+            stopper
+                .stop(
+                    Grace::Within(Duration::from_secs(10)),
+                    Some(Duration::from_secs(20)),
+                )
+                .await
+        });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let overall = status(&mut side, "").await.unwrap();
+            if overall == ServingStatus::NotServing {
+                break;
+            }
+            assert!(Instant::now() < deadline, "health never turned NOT_SERVING");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            status(&mut side, WORKER_SERVICE).await.unwrap(),
+            ServingStatus::NotServing
+        );
+        assert_eq!(
+            status(&mut main, "").await.unwrap(),
+            ServingStatus::NotServing
+        );
+        assert!(!task.is_finished(), "the drain is still running its task");
+        assert!(task.await.unwrap().is_ok(), "the drained task finishes");
+        stop.await.unwrap().unwrap();
+    });
+    assert_eq!(worker.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
+/// Given a mutual-TLS worker with a plaintext health port, when a plaintext prober asks, then
+/// it is answered there (Kubernetes gRPC probes cannot speak TLS).
+#[test]
+fn a_tls_worker_answers_plaintext_probes_on_its_health_port() {
+    let pki = Pki::generate();
+    let health_address = common::unused_local_address();
+    let mut args = pki.mutual_args();
+    args.extend(["--health-listen".into(), health_address.clone()]);
+    let _worker = WorkerProcess::spawn(&args);
+    runtime().block_on(async {
+        let mut side = HealthClient::new(channel(&health_address).await);
+        assert_eq!(
+            status(&mut side, WORKER_SERVICE).await.unwrap(),
+            ServingStatus::Serving
+        );
+    });
+}
+
+/// Given a worker, when a reflection client (v1, then v1alpha) lists its services and asks for
+/// the file defining the Worker service, then it lists Worker, Health and reflection, and the
+/// descriptor names the `idle` method: grpcurl needs nothing more.
+#[test]
+fn server_reflection_lists_and_describes_the_services() {
+    use tonic_reflection::pb::{v1, v1alpha};
+    let worker = WorkerProcess::plaintext();
+    runtime().block_on(async {
+        let mut client = v1::server_reflection_client::ServerReflectionClient::new(
+            channel(&worker.address).await,
+        );
+        let requests = tokio_stream::iter([
+            v1::ServerReflectionRequest {
+                host: String::new(),
+                message_request: Some(v1::server_reflection_request::MessageRequest::ListServices(
+                    String::new(),
+                )),
+            },
+            v1::ServerReflectionRequest {
+                host: String::new(),
+                message_request: Some(
+                    v1::server_reflection_request::MessageRequest::FileContainingSymbol(
+                        WORKER_SERVICE.into(),
+                    ),
+                ),
+            },
+        ]);
+        let mut answers = client
+            .server_reflection_info(requests)
+            .await
+            .unwrap()
+            .into_inner();
+        let listed = answers.message().await.unwrap().unwrap();
+        let Some(v1::server_reflection_response::MessageResponse::ListServicesResponse(list)) =
+            listed.message_response
+        else {
+            panic!("not a service list: {listed:?}");
+        };
+        let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+        for want in [
+            WORKER_SERVICE,
+            "grpc.health.v1.Health",
+            "grpc.reflection.v1.ServerReflection",
+        ] {
+            assert!(names.iter().any(|n| n == want), "{want} not in {names:?}");
+        }
+        let file = answers.message().await.unwrap().unwrap();
+        let Some(v1::server_reflection_response::MessageResponse::FileDescriptorResponse(files)) =
+            file.message_response
+        else {
+            panic!("not a file descriptor: {file:?}");
+        };
+        use prost::Message;
+        let descriptor =
+            prost_types::FileDescriptorProto::decode(files.file_descriptor_proto[0].as_slice())
+                .unwrap();
+        let service = descriptor
+            .service
+            .iter()
+            .find(|s| s.name() == "Worker")
+            .unwrap();
+        let methods: Vec<&str> = service.method.iter().map(|m| m.name()).collect();
+        assert_eq!(methods, ["dispatch", "stop", "idle"]);
+
+        let mut old = v1alpha::server_reflection_client::ServerReflectionClient::new(
+            channel(&worker.address).await,
+        );
+        let requests = tokio_stream::iter([v1alpha::ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(
+                v1alpha::server_reflection_request::MessageRequest::ListServices(String::new()),
+            ),
+        }]);
+        let mut answers = old
+            .server_reflection_info(requests)
+            .await
+            .unwrap()
+            .into_inner();
+        let listed = answers.message().await.unwrap().unwrap();
+        assert!(format!("{listed:?}").contains(WORKER_SERVICE), "{listed:?}");
+    });
+}
