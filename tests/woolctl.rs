@@ -103,6 +103,15 @@ fn usage_errors_exit_2() {
         &["discover", ""][..],
         &["sweep", "--max-in-flight", "0", "127.0.0.1:1"][..],
         &["idle", "--rpc-timeout", "0", "127.0.0.1:1"][..],
+        &[
+            "reap",
+            "--idle-over",
+            "1s",
+            "--interval",
+            "0",
+            "127.0.0.1:1",
+        ][..],
+        &["reap", "--idle-over", "1e30", "127.0.0.1:1"][..],
     ] {
         let output = woolctl(args);
         assert_eq!(code(&output), 2, "{args:?}: {}", stderr(&output));
@@ -364,4 +373,73 @@ fn reap_with_an_interval_runs_rounds_until_terminated() {
         "{lines:?}"
     );
     assert_eq!(code(&output), 1);
+}
+
+/// Given an `--interval` reap whose round is waiting on a frozen worker (a 10 s poll deadline),
+/// when SIGTERM arrives in the middle of a later round, then woolctl ends at once, not after
+/// the round.
+#[test]
+fn a_signal_in_the_middle_of_a_reap_round_ends_the_loop() {
+    let frozen = WorkerProcess::plaintext();
+    let reap = Command::new(env!("CARGO_BIN_EXE_woolctl"))
+        .args([
+            "reap",
+            "--idle-over",
+            "1h",
+            "--interval",
+            "100ms",
+            "--rpc-timeout",
+            "10s",
+            "--output",
+            "json",
+            &frozen.address,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first round answers (the worker is still running), then it freezes under the next.
+    std::thread::sleep(Duration::from_millis(800));
+    frozen.freeze();
+    std::thread::sleep(Duration::from_millis(1000));
+    let signalled = Instant::now();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(reap.id() as i32, libc::SIGTERM) };
+    let output = reap.wait_with_output().unwrap();
+    let took = signalled.elapsed();
+    frozen.thaw();
+    assert!(
+        took < Duration::from_secs(5),
+        "woolctl finished the round first: {took:?}"
+    );
+    assert!(
+        !json_lines(&output).is_empty(),
+        "the first rounds were printed"
+    );
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+}
+
+/// Given stdout on a full device, when woolctl prints its results, then it says so on stderr
+/// and exits 1 (a closed pipe, by contrast, is no failure).
+#[test]
+fn results_that_cannot_be_written_fail_the_run() {
+    let worker = WorkerProcess::plaintext();
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_woolctl"))
+        .args(["idle", &worker.address])
+        .stdin(Stdio::null())
+        .stdout(full)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(code(&output), 1);
+    assert!(
+        stderr(&output).contains("cannot write the results"),
+        "{}",
+        stderr(&output)
+    );
 }

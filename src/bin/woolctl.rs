@@ -123,8 +123,9 @@ enum Command {
         /// Decide and print, stop nothing.
         #[arg(long)]
         dry_run: bool,
-        /// Repeat every so often (re-discovering a pool each round) until interrupted.
-        #[arg(long, value_parser = parse_duration)]
+        /// Repeat every so often, at least 100ms (re-discovering a pool each round), until
+        /// SIGINT or SIGTERM, which also end a round in progress.
+        #[arg(long, value_parser = parse_interval)]
         interval: Option<Duration>,
         #[command(flatten)]
         fleet: Fleet,
@@ -163,11 +164,27 @@ impl From<Error> for Failure {
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if let Ok(seconds) = text.parse::<f64>() {
-        return Duration::try_from_secs_f64(seconds)
-            .map_err(|_| format!("{text:?} is not a non-negative number of seconds"));
+        return Duration::try_from_secs_f64(seconds).map_err(|_| {
+            if seconds.is_finite() && seconds > 0.0 {
+                format!("{text:?} seconds is too large")
+            } else {
+                format!("{text:?} is not a non-negative number of seconds")
+            }
+        });
     }
     humantime::parse_duration(text)
         .map_err(|e| format!("{text:?}: {e} (e.g. 300, 300s, 5m, 500ms)"))
+}
+
+/// The shortest `--interval`: rounds back to back would only load the workers.
+const MIN_INTERVAL: Duration = Duration::from_millis(100);
+
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let interval = parse_duration(text)?;
+    if interval < MIN_INTERVAL {
+        return Err(format!("the interval must be at least 100ms, got {text:?}"));
+    }
+    Ok(interval)
 }
 
 fn parse_grace(text: &str) -> Result<Grace, String> {
@@ -369,10 +386,21 @@ fn member_json(member: &Member) -> serde_json::Value {
     object
 }
 
+/// Set once stdout failed for a reason other than a closed pipe: the run then exits 1.
+static OUTPUT_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn print_line(line: impl std::fmt::Display) {
     let mut stdout = std::io::stdout().lock();
-    // A closed pipe (woolctl ... | head) ends the output, not the program's decisions.
-    let _ = writeln!(stdout, "{line}");
+    match writeln!(stdout, "{line}").and_then(|()| stdout.flush()) {
+        Ok(()) => {}
+        // A closed pipe (woolctl ... | head) ends the output, not the program's decisions.
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Err(error) => {
+            if !OUTPUT_FAILED.swap(true, Ordering::Relaxed) {
+                eprintln!("woolctl: cannot write the results: {error}");
+            }
+        }
+    }
 }
 
 fn seconds_cell(outcome: &Result<f64, Error>) -> String {
@@ -614,35 +642,24 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             policy.max_stops = max_stops;
             policy.dry_run = dry_run;
             policy.validate()?;
+            // With an interval, SIGINT and SIGTERM end the loop, also in the middle of a round.
+            let mut signals = interval.map(|_| Signals::new());
             let mut all_ok = true;
             loop {
-                let members = context.members(&fleet)?;
-                let polls = sweep_members(&context, &members).await;
-                let mut decisions = retire::decide(polls, &policy);
-                let live: Vec<usize> = (0..members.len())
-                    .filter(|&i| members[i].connection.is_ok())
-                    .collect();
-                let connections: Vec<&WorkerConnection> = live
-                    .iter()
-                    .map(|&i| members[i].connection.as_ref().expect("live"))
-                    .collect();
-                let mut live_decisions: Vec<Decision> =
-                    live.iter().map(|&i| decisions[i].clone()).collect();
-                retire::apply(
-                    &connections,
-                    &mut live_decisions,
-                    &policy,
-                    context.max_in_flight,
-                )
-                .await?;
-                for (&index, decision) in live.iter().zip(live_decisions) {
-                    decisions[index] = decision;
-                }
-                all_ok &= print_decisions(&context, &members, &decisions, dry_run);
-                let Some(interval) = interval else { break };
+                let round = reap_round(&context, &fleet, &policy, dry_run);
+                all_ok &= match signals.as_mut() {
+                    None => round.await?,
+                    Some(signals) => tokio::select! {
+                        ok = round => ok?,
+                        () = signals.recv() => break,
+                    },
+                };
+                let (Some(interval), Some(signals)) = (interval, signals.as_mut()) else {
+                    break;
+                };
                 tokio::select! {
                     _ = tokio::time::sleep(interval) => {}
-                    _ = interrupted() => break,
+                    () = signals.recv() => break,
                 }
             }
             all_ok
@@ -655,6 +672,39 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
 }
 
+/// One reap round: discover (or take the targets), sweep, decide, stop, print; whether every
+/// worker succeeded.
+async fn reap_round(
+    context: &Context,
+    fleet: &Fleet,
+    policy: &RetirePolicy,
+    dry_run: bool,
+) -> Result<bool, Failure> {
+    let members = context.members(fleet)?;
+    let polls = sweep_members(context, &members).await;
+    let mut decisions = retire::decide(polls, policy);
+    // Workers that could not be made into connections failed their poll: never stopped.
+    let live: Vec<usize> = (0..members.len())
+        .filter(|&i| members[i].connection.is_ok())
+        .collect();
+    let connections: Vec<&WorkerConnection> = live
+        .iter()
+        .map(|&i| members[i].connection.as_ref().expect("live"))
+        .collect();
+    let mut live_decisions: Vec<Decision> = live.iter().map(|&i| decisions[i].clone()).collect();
+    retire::apply(
+        &connections,
+        &mut live_decisions,
+        policy,
+        context.max_in_flight,
+    )
+    .await?;
+    for (&index, decision) in live.iter().zip(live_decisions) {
+        decisions[index] = decision;
+    }
+    Ok(print_decisions(context, &members, &decisions, dry_run))
+}
+
 /// Prints a watch's events until SIGINT or SIGTERM.
 async fn watch_pool(output: Output, discovery: &Discovery) -> Result<(), Failure> {
     let watch = discovery.watch().map_err(|e| {
@@ -664,6 +714,7 @@ async fn watch_pool(output: Output, discovery: &Discovery) -> Result<(), Failure
     if output == Output::Table {
         discovered_header(true);
     }
+    let mut signals = Signals::new();
     loop {
         tokio::select! {
             event = watch.next() => {
@@ -678,18 +729,32 @@ async fn watch_pool(output: Output, discovery: &Discovery) -> Result<(), Failure
                 };
                 print_discovered(output, event.worker(), Some(name));
             }
-            _ = interrupted() => return Ok(()),
+            () = signals.recv() => return Ok(()),
         }
     }
 }
 
-async fn interrupted() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGINT and SIGTERM, caught from creation on (a signal that arrives while no one waits is
+/// kept for the next `recv`), for the commands that run until interrupted.
+struct Signals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        Self {
+            terminate: signal(SignalKind::terminate()).expect("a SIGTERM handler"),
+            interrupt: signal(SignalKind::interrupt()).expect("a SIGINT handler"),
+        }
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
     }
 }
 
@@ -697,6 +762,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse(); // usage errors exit 2 here
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -709,6 +775,9 @@ fn main() -> ExitCode {
     let started = Instant::now();
     let outcome = runtime.block_on(run(cli));
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), "done");
+    if OUTPUT_FAILED.load(Ordering::Relaxed) {
+        return ExitCode::from(1);
+    }
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Some) => ExitCode::from(1),

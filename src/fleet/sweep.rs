@@ -89,12 +89,25 @@ where
                 Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
                     Some(left) if !left.is_zero() => Some(left),
                     _ => {
-                        let limit = timeout.unwrap_or_default();
-                        return (index, Err(Error::deadline_exceeded(limit)));
+                        return (
+                            index,
+                            Err(sweep_deadline(timeout, "before this poll was sent")),
+                        )
                     }
                 },
             };
-            (index, worker.borrow().idle(left).await)
+            let outcome = worker.borrow().idle(left).await;
+            // The local deadline is the sweep's: say so, rather than the time that was left.
+            let outcome = match outcome {
+                Err(error)
+                    if error.code() == Some(tonic::Code::DeadlineExceeded)
+                        && deadline.is_some_and(|d| Instant::now() >= d) =>
+                {
+                    Err(sweep_deadline(timeout, "with no answer"))
+                }
+                other => other,
+            };
+            (index, outcome)
         });
     let mut polls = futures_util::stream::iter(polls).buffer_unordered(options.max_in_flight);
     while let Some((index, outcome)) = polls.next().await {
@@ -108,4 +121,16 @@ where
         .into_iter()
         .map(|outcome| outcome.expect("every poll reports"))
         .collect())
+}
+
+/// A poll cut short by the sweep's deadline (`DEADLINE_EXCEEDED`, transient, as a call's own).
+fn sweep_deadline(timeout: Option<Duration>, how: &str) -> Error {
+    Error::new(
+        crate::ErrorKind::Transient,
+        Some(tonic::Code::DeadlineExceeded),
+        format!(
+            "deadline exceeded: the sweep's {:.3} s passed {how}",
+            timeout.unwrap_or_default().as_secs_f64()
+        ),
+    )
 }

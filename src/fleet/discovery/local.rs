@@ -34,6 +34,10 @@ const HEADER_MAGIC: &[u8; 4] = b"WLD1";
 const SLOT_BYTES: usize = 16;
 /// Where Linux keeps POSIX shared-memory segments (`shm_open("/name")`).
 const SHM_DIR: &str = "/dev/shm";
+/// The most of a registry read: its header and 4 Mi slots (Wool's default is 128).
+const MAX_REGISTRY_BYTES: usize = SLOT_BYTES + (4 << 20) * SLOT_BYTES;
+/// The most of a record read: 1 MiB (Wool's default block is 1,024 bytes).
+const MAX_RECORD_BYTES: usize = 1 << 20;
 /// How often a watch rescans when no change notification arrived (a missed inotify event, a
 /// registry created after the watch started, a writer that died mid-change).
 const RESCAN_INTERVAL: Duration = Duration::from_secs(1);
@@ -179,7 +183,7 @@ impl LocalDiscovery {
             buffer,
         } = &mut *open;
         let registry_path = self.shm_dir.join(short_hash(&self.namespace));
-        let registry = match read_segment(&registry_path, registry, buffer) {
+        let registry = match read_segment(&registry_path, registry, buffer, MAX_REGISTRY_BYTES) {
             Ok(Some(length)) => buffer[..length].to_vec(),
             Ok(None) => {
                 records.clear();
@@ -232,7 +236,7 @@ impl LocalDiscovery {
             tracing::warn!(namespace = %self.namespace, worker = %slot_uid, "skipping a registry record: {why}");
             None
         };
-        let bytes = match read_segment(path, file, buffer) {
+        let bytes = match read_segment(path, file, buffer, MAX_RECORD_BYTES) {
             Ok(Some(length)) => &buffer[..length],
             Ok(None) => return skip("its record segment is missing"),
             Err(error) => return skip(&format!("its record cannot be read: {error}")),
@@ -256,45 +260,66 @@ fn check_namespace(namespace: &str) -> Result<(), Error> {
 }
 
 /// Reads a whole segment into `buffer` (grown as needed, never shrunk, so a scan allocates once)
-/// and returns its length; `Ok(None)` when it does not exist. Keeps it open in `file` for the
-/// next read, which then costs an `fstat` (reopening when the segment was unlinked since) and
-/// a `pread`.
+/// and returns its length, at most `limit` bytes; `Ok(None)` when it does not exist. Keeps it
+/// open in `file` for the next read, which then costs an `fstat` (reopening when the segment
+/// was unlinked since) and a `pread`.
+///
+/// Anything else found under a segment's name is refused, never waited on or read without
+/// end: it is opened without following a symbolic link and without blocking (a FIFO would
+/// block `open`), and must be a regular file; `limit` bounds what a huge one can make this
+/// process allocate.
 fn read_segment(
     path: &Path,
     file: &mut Option<std::fs::File>,
     buffer: &mut Vec<u8>,
+    limit: usize,
 ) -> std::io::Result<Option<usize>> {
-    use std::os::unix::fs::FileExt;
-    /// Larger than Wool's default record (1,024 bytes) and a 128-slot registry (2,064).
-    const USUAL: usize = 4096;
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let mut stat = None;
     if let Some(open) = file {
-        if links(open)? == 0 {
+        let now = fstat(open)?;
+        if now.st_nlink == 0 {
             *file = None;
+        } else {
+            stat = Some(now);
         }
     }
     let open = match file {
         Some(open) => open,
-        None => match std::fs::File::open(path) {
-            Ok(opened) => file.insert(opened),
-            Err(error) if error.kind() == IoErrorKind::NotFound => return Ok(None),
-            Err(error) => return Err(error),
-        },
+        None => {
+            let opened = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(path);
+            match opened {
+                Ok(opened) => {
+                    stat = Some(fstat(&opened)?);
+                    file.insert(opened)
+                }
+                Err(error) if error.kind() == IoErrorKind::NotFound => return Ok(None),
+                Err(error) => return Err(error),
+            }
+        }
     };
-    if buffer.len() < USUAL {
-        buffer.resize(USUAL, 0);
+    let stat = stat.expect("stat taken above");
+    if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
+        *file = None;
+        return Err(std::io::Error::new(
+            IoErrorKind::InvalidData,
+            "not a regular file (not a shared-memory segment of Wool's)",
+        ));
+    }
+    let size = usize::try_from(stat.st_size)
+        .unwrap_or(usize::MAX)
+        .min(limit);
+    if buffer.len() < size {
+        buffer.resize(size, 0);
     }
     let mut filled = 0;
-    loop {
-        match open.read_at(&mut buffer[filled..], filled as u64) {
+    while filled < size {
+        match open.read_at(&mut buffer[filled..size], filled as u64) {
             Ok(0) => break,
-            Ok(n) => {
-                filled += n;
-                if filled < buffer.len() {
-                    // A short read of a shared-memory segment is its end.
-                    break;
-                }
-                buffer.resize(buffer.len() * 2, 0);
-            }
+            Ok(n) => filled += n,
             Err(error) if error.kind() == IoErrorKind::Interrupted => {}
             Err(error) => return Err(error),
         }
@@ -302,9 +327,8 @@ fn read_segment(
     Ok(Some(filled))
 }
 
-/// The number of names an open file still has (0 once unlinked), by `fstat(2)`: the plain
-/// call, cheaper than the `statx` that `File::metadata` makes.
-fn links(file: &std::fs::File) -> std::io::Result<u64> {
+/// `fstat(2)`: the plain call, cheaper than the `statx` that `File::metadata` makes.
+fn fstat(file: &std::fs::File) -> std::io::Result<libc::stat> {
     use std::os::fd::AsRawFd;
     let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: a valid descriptor and a buffer for one `stat`.
@@ -312,9 +336,7 @@ fn links(file: &std::fs::File) -> std::io::Result<u64> {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: fstat succeeded, so it filled the buffer.
-    let links = unsafe { stat.assume_init() }.st_nlink;
-    #[allow(clippy::unnecessary_cast)] // nlink_t is u64 here, u32 on other targets
-    Ok(links as u64)
+    Ok(unsafe { stat.assume_init() })
 }
 
 /// The non-empty slots of a registry, or `None` when its header is not (yet) Wool's.
@@ -552,6 +574,46 @@ mod tests {
         std::fs::remove_file(&registry_path).unwrap();
         assert!(discovery.list().unwrap().is_empty());
         assert!(discovery.open.segments.lock().unwrap().records.is_empty());
+    }
+
+    /// Given foreign things under the registry's or a record's name (a FIFO, a symbolic link to
+    /// /dev/zero, a huge sparse file), when the namespace is listed, then the listing ends at
+    /// once with an error or a skipped record: it never blocks on the FIFO or reads without end.
+    #[test]
+    fn foreign_files_under_segment_names_are_refused_not_waited_on() {
+        let shm = tempfile::tempdir().unwrap();
+        let discovery = LocalDiscovery {
+            shm_dir: shm.path().to_path_buf(),
+            ..LocalDiscovery::new("foreign").unwrap()
+        };
+        let registry_path = shm.path().join(short_hash("foreign"));
+        let fifo = std::ffi::CString::new(registry_path.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let error = discovery.list().unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Transient);
+        assert!(error.message().contains("not a regular file"), "{error}");
+        std::fs::remove_file(&registry_path).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &registry_path).unwrap();
+        assert_eq!(discovery.list().unwrap_err().kind(), ErrorKind::Transient);
+        std::fs::remove_file(&registry_path).unwrap();
+        // A huge sparse registry: read up to the limit, then found not to be Wool's.
+        let huge = std::fs::File::create(&registry_path).unwrap();
+        huge.set_len(8 << 30).unwrap();
+        assert!(discovery.list().unwrap().is_empty());
+        drop(huge);
+        // A slot whose record is a FIFO is skipped.
+        let uid = Uuid::new_v4();
+        let mut registry = vec![0u8; 32];
+        registry[..4].copy_from_slice(HEADER_MAGIC);
+        registry[4..8].copy_from_slice(&1u32.to_le_bytes());
+        registry[16..32].copy_from_slice(uid.as_bytes());
+        std::fs::write(&registry_path, &registry).unwrap();
+        let record = shm.path().join(short_hash(&uid.simple().to_string()));
+        let fifo = std::ffi::CString::new(record.to_str().unwrap()).unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert!(discovery.list().unwrap().is_empty());
     }
 
     #[test]
