@@ -207,3 +207,119 @@ fn server_reflection_lists_and_describes_the_services() {
         assert!(format!("{listed:?}").contains(WORKER_SERVICE), "{listed:?}");
     });
 }
+
+/// One scrape of `address` over plain HTTP/1.1: the exposition's samples by name (labels left
+/// out), after checking the status line and content type.
+fn scrape(address: &str) -> std::collections::HashMap<String, f64> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/openmetrics-text"),
+        "{head}"
+    );
+    assert!(body.trim_end().ends_with("# EOF"), "{body}");
+    body.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .map(|line| {
+            let (name, value) = line.rsplit_once(' ').unwrap();
+            (name.to_owned(), value.parse::<f64>().unwrap())
+        })
+        .collect()
+}
+
+/// Given a worker with a metrics port, when tasks run, finish, fail, are cancelled and idle is
+/// polled, then a scrape over HTTP shows each counter and the gauges (in flight, idle seconds,
+/// stopping) as they are.
+#[test]
+fn metrics_scrapes_show_tasks_polls_and_the_stop_state() {
+    let metrics_address = common::unused_local_address();
+    let mut worker = WorkerProcess::spawn(&["--metrics-listen".into(), metrics_address.clone()]);
+    let runtime = runtime();
+    let before = scrape(&metrics_address);
+    assert_eq!(before["wool_worker_tasks_in_flight"], 0.0);
+    assert_eq!(before["wool_worker_tasks_started_total"], 0.0);
+    assert_eq!(before["wool_worker_stopping"], 0.0);
+    assert!(before["wool_worker_idle_seconds"] >= 0.0);
+    runtime.block_on(async {
+        let connection = WorkerConnection::new(&worker.address).unwrap();
+        for _ in 0..3 {
+            connection.idle(Some(Duration::from_secs(5))).await.unwrap();
+        }
+        connection
+            .dispatch("echo", b"hi".to_vec(), Some(Duration::from_secs(5)))
+            .await
+            .unwrap();
+        let failed = connection
+            .dispatch(
+                "sleep",
+                b"not a number".to_vec(),
+                Some(Duration::from_secs(5)),
+            )
+            .await;
+        assert!(failed.is_err(), "{failed:?}");
+        // One cut short by its caller's deadline: cancelled at the worker.
+        let cut = connection
+            .dispatch("sleep", b"30".to_vec(), Some(Duration::from_millis(300)))
+            .await;
+        assert!(cut.is_err());
+        let dispatcher = WorkerConnection::new(&worker.address).unwrap();
+        let running = tokio::spawn(async move {
+            dispatcher
+                .dispatch("sleep", b"30".to_vec(), Some(Duration::from_secs(40)))
+                .await
+        });
+        while connection.idle(Some(Duration::from_secs(2))).await != Ok(0.0) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let during = tokio::task::spawn_blocking({
+            let address = metrics_address.clone();
+            move || scrape(&address)
+        })
+        .await
+        .unwrap();
+        assert_eq!(during["wool_worker_tasks_in_flight"], 1.0);
+        assert_eq!(during["wool_worker_idle_seconds"], 0.0);
+        assert_eq!(during["wool_worker_tasks_started_total"], 4.0);
+        assert_eq!(during["wool_worker_tasks_finished_total"], 1.0);
+        assert_eq!(during["wool_worker_tasks_failed_total"], 1.0);
+        assert_eq!(during["wool_worker_tasks_cancelled_total"], 1.0);
+        assert!(during["wool_worker_idle_polls_total"] >= 4.0);
+        // A stop with no grace cancels the running task.
+        let stopper = WorkerConnection::new(&worker.address).unwrap();
+        stopper
+            .stop(Grace::None, Some(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        assert!(running.await.unwrap().is_err());
+    });
+    // The metrics port closes with the worker; the last counts were taken before.
+    assert_eq!(worker.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
+/// Given a Rust program embedding a worker, then the same exposition is at hand without a port.
+#[test]
+fn an_embedded_worker_gives_its_metrics_text() {
+    runtime().block_on(async {
+        let worker = wool::worker::Worker::builder().serve().await.unwrap();
+        let connection = WorkerConnection::new(worker.address()).unwrap();
+        connection.idle(Some(Duration::from_secs(5))).await.unwrap();
+        let text = worker.metrics_text();
+        assert!(text.contains("wool_worker_idle_polls_total 1"), "{text}");
+        assert!(
+            text.contains("# TYPE wool_worker_tasks_in_flight gauge"),
+            "{text}"
+        );
+        worker.stop(Grace::None).await;
+        assert!(worker.metrics_text().contains("wool_worker_stopping 1"));
+    });
+}

@@ -1,7 +1,8 @@
 //! `wool-worker`: the reference Wool worker.
 //!
 //! `wool-worker [--listen ADDR] [--tls-ca PATH --tls-cert PATH --tls-key PATH [--one-way]] [--threads N]
-//!  [--keepalive-interval SECONDS] [--keepalive-timeout SECONDS] [--health-listen ADDR]`
+//!  [--keepalive-interval SECONDS] [--keepalive-timeout SECONDS] [--health-listen ADDR]
+//!  [--metrics-listen ADDR]`
 //!
 //! It serves grpc.health.v1 (SERVING until a stop begins, then NOT_SERVING) and server
 //! reflection (v1 and v1alpha) beside Wool's `Worker` service.
@@ -29,6 +30,11 @@ struct Args {
     /// gRPC probes, which cannot speak TLS). Health turns NOT_SERVING as soon as a stop begins.
     #[arg(long, value_name = "ADDR")]
     health_listen: Option<String>,
+    /// Serve Prometheus metrics (tasks in flight, seconds idle, tasks started / finished /
+    /// failed / cancelled, idle polls answered, stop state) over plaintext HTTP on this TCP
+    /// `host:port`.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<String>,
     /// CA certificate (PEM) that client certificates must chain to (mutual TLS).
     #[arg(long, requires_all = ["tls_cert", "tls_key"])]
     tls_ca: Option<PathBuf>,
@@ -143,6 +149,9 @@ async fn run(args: Args) -> Result<(), String> {
     if let Some(health) = &args.health_listen {
         builder = builder.health_listen(health.clone());
     }
+    if let Some(metrics) = &args.metrics_listen {
+        builder = builder.metrics_listen(metrics.clone());
+    }
     let worker = builder.serve().await.map_err(|e| e.to_string())?;
     {
         let mut stdout = std::io::stdout().lock();
@@ -153,6 +162,7 @@ async fn run(args: Args) -> Result<(), String> {
     tracing::info!(
         address = worker.address(),
         health = worker.health_address(),
+        metrics = worker.metrics_address(),
         "serving"
     );
     tokio::select! {

@@ -17,6 +17,7 @@
 
 mod authority;
 pub mod idle;
+pub mod metrics;
 pub mod routine;
 mod service;
 
@@ -195,6 +196,7 @@ impl Worker {
         WorkerBuilder {
             listen: ListenAddress::Tcp("127.0.0.1:0".into()),
             health_listen: None,
+            metrics_listen: None,
             credentials: None,
             routines: RoutineRegistry::default(),
             keepalive_interval: Some(DEFAULT_KEEPALIVE),
@@ -208,6 +210,7 @@ impl Worker {
 pub struct WorkerBuilder {
     listen: ListenAddress,
     health_listen: Option<String>,
+    metrics_listen: Option<String>,
     credentials: Option<ServerCredentials>,
     routines: RoutineRegistry,
     keepalive_interval: Option<Duration>,
@@ -230,6 +233,13 @@ impl WorkerBuilder {
     /// serves health too, with the worker's own credentials.
     pub fn health_listen(mut self, address: impl Into<String>) -> Self {
         self.health_listen = Some(address.into());
+        self
+    }
+
+    /// Serve Prometheus metrics (text exposition, see [`WorkerHandle::metrics_text`]) over
+    /// plaintext HTTP on this TCP address (`host:port`, port 0 picks one).
+    pub fn metrics_listen(mut self, address: impl Into<String>) -> Self {
+        self.metrics_listen = Some(address.into());
         self
     }
 
@@ -286,6 +296,7 @@ impl WorkerBuilder {
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
             tracker: Arc::clone(&state.tracker),
+            polls: state.metrics.idle_polls(),
         };
         let health = Health::start(&state).await;
         let router = server
@@ -295,6 +306,10 @@ impl WorkerBuilder {
             .add_service(reflection_v1alpha()?);
         let health_address = match &self.health_listen {
             Some(address) => Some(health.serve_alone(address, state.shutdown.clone()).await?),
+            None => None,
+        };
+        let metrics_address = match &self.metrics_listen {
+            Some(address) => Some(serve_metrics(address, &state).await?),
             None => None,
         };
         let shutdown = state.shutdown.clone();
@@ -345,6 +360,7 @@ impl WorkerBuilder {
         Ok(WorkerHandle {
             address,
             health_address,
+            metrics_address,
             unix_path,
             state,
             accepted,
@@ -399,6 +415,24 @@ impl Health {
         ));
         Ok(local.to_string())
     }
+}
+
+/// Serves the worker's metrics over HTTP on `address` until the worker shuts down; the bound
+/// address.
+async fn serve_metrics(address: &str, state: &Arc<WorkerState>) -> Result<String, WorkerError> {
+    let bind_error = |source| WorkerError::Bind {
+        address: address.to_owned(),
+        source,
+    };
+    let listener = TcpListener::bind(address).await.map_err(bind_error)?;
+    let local = listener.local_addr().map_err(bind_error)?;
+    let scrape = Arc::clone(state);
+    metrics::serve(
+        listener,
+        Arc::new(move || scrape.metrics_text()),
+        state.shutdown.clone(),
+    );
+    Ok(local.to_string())
 }
 
 /// Server reflection (tonic-reflection), v1: the worker describes its services, so grpcurl
@@ -467,6 +501,7 @@ fn file_identity(path: &std::path::Path) -> Option<(u64, u64)> {
 pub struct WorkerHandle {
     address: String,
     health_address: Option<String>,
+    metrics_address: Option<String>,
     /// The Unix socket this worker bound, and its file identity (see [`file_identity`]).
     unix_path: Option<(PathBuf, (u64, u64))>,
     state: Arc<WorkerState>,
@@ -484,6 +519,19 @@ impl WorkerHandle {
     /// [`WorkerBuilder::health_listen`] asked for it.
     pub fn health_address(&self) -> Option<&str> {
         self.health_address.as_deref()
+    }
+
+    /// Where metrics are served over HTTP (`host:port`), when
+    /// [`WorkerBuilder::metrics_listen`] asked for it.
+    pub fn metrics_address(&self) -> Option<&str> {
+        self.metrics_address.as_deref()
+    }
+
+    /// The worker's Prometheus metrics now, in the text exposition format: tasks in flight,
+    /// seconds idle, stop state, tasks started / finished / failed / cancelled, idle polls
+    /// answered (the `metrics` module of this crate lists them).
+    pub fn metrics_text(&self) -> String {
+        self.state.metrics_text()
     }
 
     /// Seconds continuously idle now (exactly `0.0` while anything is in flight), as the `idle`

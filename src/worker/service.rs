@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::idle::{InFlightGuard, InFlightTracker};
+use super::metrics::{TaskEnd, WorkerMetrics};
 use super::routine::{Routine, RoutineRegistry};
 use crate::protocol::{
     self, request::Payload as RequestPayload, response::Payload as ResponsePayload,
@@ -31,6 +32,8 @@ pub(crate) struct WorkerState {
     pub(crate) shutdown: CancellationToken,
     /// Cancelled as a stop begins, before the drain: health turns NOT_SERVING then.
     pub(crate) stop_begun: CancellationToken,
+    /// Task and poll counters (Prometheus).
+    pub(crate) metrics: WorkerMetrics,
 }
 
 impl WorkerState {
@@ -42,7 +45,14 @@ impl WorkerState {
             cancel: CancellationToken::new(),
             shutdown: CancellationToken::new(),
             stop_begun: CancellationToken::new(),
+            metrics: WorkerMetrics::new(),
         }
+    }
+
+    /// The metrics' text exposition now.
+    pub(crate) fn metrics_text(&self) -> String {
+        self.metrics
+            .encode(&self.tracker, self.stopping.load(Ordering::SeqCst))
     }
 
     fn refuse_if_stopping(&self) -> Result<(), Status> {
@@ -127,15 +137,13 @@ impl Worker for WorkerService {
         // dispatch in its drain or this dispatch sees the stop — never neither.
         let guard = self.state.tracker.begin();
         self.state.refuse_if_stopping()?;
+        self.state.metrics.task_started();
         let (tx, rx) = mpsc::channel(2);
-        tokio::spawn(drive(
-            routine,
-            task.args,
-            inbound,
-            tx,
-            guard,
-            self.state.cancel.clone(),
-        ));
+        let state = Arc::clone(&self.state);
+        tokio::spawn(async move {
+            let end = drive(routine, task.args, inbound, tx, guard, state.cancel.clone()).await;
+            state.metrics.task_ended(end);
+        });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -148,6 +156,7 @@ impl Worker for WorkerService {
 
     /// Seconds continuously idle; exactly `0.0` while anything is in flight.
     async fn idle(&self, _: Request<Void>) -> Result<Response<Idle>, Status> {
+        self.state.metrics.idle_polls().inc();
         Ok(Response::new(Idle {
             seconds: self.state.tracker.idle_seconds(),
         }))
@@ -156,7 +165,7 @@ impl Worker for WorkerService {
 
 /// Runs one dispatched routine and speaks the dispatch FSM until the routine's outcome has been
 /// delivered, the caller goes away, or a stop cancels it. The in-flight `guard` lives exactly as
-/// long as this task, so every way out releases it.
+/// long as this task, so every way out releases it. Says how the routine ended.
 async fn drive(
     routine: Arc<dyn Routine>,
     args: Vec<u8>,
@@ -164,12 +173,12 @@ async fn drive(
     tx: mpsc::Sender<Result<protocol::Response, Status>>,
     _guard: InFlightGuard,
     cancel: CancellationToken,
-) {
+) -> TaskEnd {
     let ack = ResponsePayload::Ack(Ack {
         version: protocol::PROTOCOL_VERSION.to_string(),
     });
     if tx.send(Ok(response(ack))).await.is_err() {
-        return;
+        return TaskEnd::Cancelled;
     }
     let mut running = routine.call(args);
     let mut outcome: Option<Result<Vec<u8>, String>> = None;
@@ -177,15 +186,20 @@ async fn drive(
     let mut inbound_open = true;
     loop {
         if let Some(result) = outcome.take_if(|_| next_wanted) {
-            let payload = match result {
-                Ok(output) => ResponsePayload::Result(message(output)),
-                Err(error) => ResponsePayload::Exception(message(error)),
+            let (payload, end) = match result {
+                Ok(output) => (ResponsePayload::Result(message(output)), TaskEnd::Finished),
+                Err(error) => (ResponsePayload::Exception(message(error)), TaskEnd::Failed),
             };
             let _ = tx.send(Ok(response(payload))).await;
-            return;
+            return end;
         }
-        if outcome.is_some() && !inbound_open {
-            return; // the caller half-closed without asking for the result
+        if let Some(result) = outcome.as_ref().filter(|_| !inbound_open) {
+            // The caller half-closed without asking for the result.
+            return if result.is_ok() {
+                TaskEnd::Finished
+            } else {
+                TaskEnd::Failed
+            };
         }
         tokio::select! {
             result = &mut running, if outcome.is_none() => outcome = Some(result),
@@ -193,18 +207,18 @@ async fn drive(
                 Ok(Some(protocol::Request { payload: Some(RequestPayload::Throw(thrown)), .. })) => {
                     let text = format!("thrown into routine: {}", String::from_utf8_lossy(&thrown.dump));
                     let _ = tx.send(Ok(response(ResponsePayload::Exception(message(text))))).await;
-                    return;
+                    return TaskEnd::Failed;
                 }
                 Ok(Some(_)) => next_wanted = true, // `next`, or `send` (a Rust routine takes no sent values)
                 Ok(None) => inbound_open = false,
-                Err(_) => return, // the caller reset the stream: cancel the routine
+                Err(_) => return TaskEnd::Cancelled, // the caller reset the stream
             },
             _ = cancel.cancelled() => {
                 let cancelled = message("routine cancelled: the worker is stopping");
                 let _ = tx.try_send(Ok(response(ResponsePayload::Exception(cancelled))));
-                return;
+                return TaskEnd::Cancelled;
             }
-            _ = tx.closed() => return, // the caller went away
+            _ = tx.closed() => return TaskEnd::Cancelled, // the caller went away
         }
     }
 }
@@ -221,6 +235,8 @@ const IDLE_PATH: &str = "/wool.runtime.protobuf.wire.Worker/idle";
 pub(crate) struct IdleFastPath<S> {
     pub(crate) inner: S,
     pub(crate) tracker: Arc<InFlightTracker>,
+    /// Counts the polls answered here (`wool_worker_idle_polls_total`).
+    pub(crate) polls: prometheus_client::metrics::counter::Counter,
 }
 
 impl<S: tonic::server::NamedService> tonic::server::NamedService for IdleFastPath<S> {
@@ -247,6 +263,7 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         if request.method() == http::Method::POST && request.uri().path() == IDLE_PATH {
+            self.polls.inc();
             let answer = idle_response(self.tracker.idle_seconds());
             return futures_util::future::Either::Left(std::future::ready(Ok(answer)));
         }
