@@ -323,3 +323,76 @@ fn an_embedded_worker_gives_its_metrics_text() {
         assert!(worker.metrics_text().contains("wool_worker_stopping 1"));
     });
 }
+
+/// Given `--log-format json`, when a worker starts, runs a failing task and is stopped with a
+/// grace, then its stderr is JSON lines: its listen address, the task's failure (with the
+/// routine's name and the task's id), the stop with its grace, and the drain.
+#[test]
+fn json_logs_tell_start_failures_stop_and_drain() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(common::wool_worker_bin())
+        .args(["--log-format", "json", "--log-level", "info"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut address = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut address)
+        .unwrap();
+    let address = address.trim().to_owned();
+    runtime().block_on(async {
+        let connection = WorkerConnection::new(&address).unwrap();
+        let failed = connection
+            .dispatch("sleep", b"soon".to_vec(), Some(Duration::from_secs(5)))
+            .await;
+        assert!(failed.is_err());
+        connection
+            .stop(
+                Grace::Within(Duration::from_secs(2)),
+                Some(Duration::from_secs(10)),
+            )
+            .await
+            .unwrap();
+    });
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON: {line:?}: {e}"))
+        })
+        .collect();
+    let find = |message: &str| {
+        lines
+            .iter()
+            .find(|l| {
+                l["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with(message))
+            })
+            .unwrap_or_else(|| panic!("no {message:?} line in {lines:?}"))
+            .clone()
+    };
+    let listening = find("worker listening");
+    assert_eq!(listening["address"], address.as_str());
+    assert_eq!(listening["level"], "INFO");
+    let failure = find("task failed");
+    assert_eq!(failure["level"], "WARN");
+    assert_eq!(failure["span"]["routine"], "sleep");
+    assert!(
+        failure["span"]["id"]
+            .as_str()
+            .is_some_and(|id| id.len() == 36),
+        "{failure}"
+    );
+    assert!(failure["error"].as_str().is_some(), "{failure}");
+    let stop = find("stop begun");
+    assert!(
+        stop["grace"].as_str().is_some_and(|g| g.contains("2s")),
+        "{stop}"
+    );
+    find("drained");
+}

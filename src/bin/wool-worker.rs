@@ -2,14 +2,15 @@
 //!
 //! `wool-worker [--listen ADDR] [--tls-ca PATH --tls-cert PATH --tls-key PATH [--one-way]] [--threads N]
 //!  [--keepalive-interval SECONDS] [--keepalive-timeout SECONDS] [--health-listen ADDR]
-//!  [--metrics-listen ADDR]`
+//!  [--metrics-listen ADDR] [--log-format text|json] [--log-level LEVEL]`
 //!
 //! It serves grpc.health.v1 (SERVING until a stop begins, then NOT_SERVING) and server
 //! reflection (v1 and v1alpha) beside Wool's `Worker` service.
 //!
 //! Prints its dialable address as the first stdout line (flushed at once), serves the `echo` and
 //! `sleep` routines, and exits 0 once a `stop` has completed. SIGTERM and SIGINT stop it
-//! gracefully (in-flight tasks may finish); a second one cancels what is still in flight. Logs go to stderr (`RUST_LOG` sets the level).
+//! gracefully (in-flight tasks may finish); a second one cancels what is still in flight. Logs go
+//! to stderr: start and listen address, stop (with its grace), drain, each task's failure.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -35,6 +36,13 @@ struct Args {
     /// `host:port`.
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<String>,
+    /// How log lines on stderr look: human text, or one JSON object per line for machines.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// The log level (error, warn, info, debug, trace, or a tracing filter such as
+    /// `wool=debug`); by default RUST_LOG's, else info.
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
     /// CA certificate (PEM) that client certificates must chain to (mutual TLS).
     #[arg(long, requires_all = ["tls_cert", "tls_key"])]
     tls_ca: Option<PathBuf>,
@@ -95,15 +103,40 @@ impl Args {
     }
 }
 
-fn main() -> ExitCode {
-    tracing_subscriber::fmt()
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Logs to stderr: `--log-level`, else RUST_LOG, else info; text or JSON lines.
+fn init_logs(args: &Args) -> Result<(), String> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match &args.log_level {
+        Some(level) => {
+            EnvFilter::try_new(level).map_err(|e| format!("--log-level {level:?}: {e}"))?
+        }
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
+        .with_env_filter(filter);
+    match args.log_format {
+        LogFormat::Json => logs.json().flatten_event(true).init(),
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
     let args = Args::parse();
+    if let Err(message) = init_logs(&args) {
+        eprintln!("wool-worker: {message}");
+        return ExitCode::from(2);
+    }
     let runtime = match args.threads {
         1 => tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -159,18 +192,15 @@ async fn run(args: Args) -> Result<(), String> {
             .and_then(|()| stdout.flush())
             .map_err(|e| e.to_string())?;
     }
-    tracing::info!(
-        address = worker.address(),
-        health = worker.health_address(),
-        metrics = worker.metrics_address(),
-        "serving"
-    );
+
     tokio::select! {
         result = worker.wait() => return result.map_err(|e| e.to_string()),
         _ = terminate.recv() => {}
         _ = interrupt.recv() => {}
     }
-    tracing::info!("signal received: stopping, in-flight tasks may finish");
+    tracing::info!(
+        "signal received: stopping; in-flight tasks may finish (a second signal cancels them)"
+    );
     let graceful = worker.stop(Grace::Unbounded);
     tokio::pin!(graceful);
     tokio::select! {

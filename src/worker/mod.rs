@@ -357,6 +357,13 @@ impl WorkerBuilder {
                     (format!("unix:{}", path.display()), bound, task)
                 }
             };
+        tracing::info!(
+            %address,
+            tls = self.credentials.is_some(),
+            health = health_address.as_deref(),
+            metrics = metrics_address.as_deref(),
+            "worker listening"
+        );
         Ok(WorkerHandle {
             address,
             health_address,

@@ -9,6 +9,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
 
 use super::idle::{InFlightGuard, InFlightTracker};
 use super::metrics::{TaskEnd, WorkerMetrics};
@@ -66,8 +67,11 @@ impl WorkerState {
     /// Stops the worker: refuse new dispatches, let in-flight ones run for `grace`, cancel the
     /// rest, wait for the drain, then signal the server to shut down. Repeating it is harmless.
     pub(crate) async fn stop(&self, grace: Grace) {
-        self.stopping.store(true, Ordering::SeqCst);
+        let first = !self.stopping.swap(true, Ordering::SeqCst);
         self.stop_begun.cancel();
+        if first {
+            tracing::info!(grace = ?grace, in_flight = self.tracker.in_flight(), "stop begun");
+        }
         match grace {
             Grace::None => self.cancel.cancel(),
             Grace::Within(limit) => {
@@ -75,12 +79,19 @@ impl WorkerState {
                     .await
                     .is_err()
                 {
+                    tracing::info!(
+                        in_flight = self.tracker.in_flight(),
+                        "grace over: cancelling the tasks still in flight"
+                    );
                     self.cancel.cancel();
                 }
             }
             Grace::Unbounded => {}
         }
         self.tracker.drained().await;
+        if first {
+            tracing::info!("drained: nothing in flight; shutting down");
+        }
         self.shutdown.cancel();
     }
 }
@@ -140,10 +151,22 @@ impl Worker for WorkerService {
         self.state.metrics.task_started();
         let (tx, rx) = mpsc::channel(2);
         let state = Arc::clone(&self.state);
-        tokio::spawn(async move {
-            let end = drive(routine, task.args, inbound, tx, guard, state.cancel.clone()).await;
-            state.metrics.task_ended(end);
-        });
+        // Log lines of the task (its failure) carry its routine and id.
+        let span = tracing::info_span!(
+            "task",
+            routine = %String::from_utf8_lossy(&task.callable),
+            id = %task.id
+        );
+        tokio::spawn(
+            async move {
+                let end = drive(routine, task.args, inbound, tx, guard, state.cancel.clone()).await;
+                state.metrics.task_ended(end);
+                if end == TaskEnd::Cancelled {
+                    tracing::debug!("task cancelled");
+                }
+            }
+            .instrument(span),
+        );
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -188,7 +211,10 @@ async fn drive(
         if let Some(result) = outcome.take_if(|_| next_wanted) {
             let (payload, end) = match result {
                 Ok(output) => (ResponsePayload::Result(message(output)), TaskEnd::Finished),
-                Err(error) => (ResponsePayload::Exception(message(error)), TaskEnd::Failed),
+                Err(error) => {
+                    tracing::warn!(%error, "task failed");
+                    (ResponsePayload::Exception(message(error)), TaskEnd::Failed)
+                }
             };
             let _ = tx.send(Ok(response(payload))).await;
             return end;

@@ -172,6 +172,8 @@ impl WorkerProcess {
         let started = Instant::now();
         let mut child = Command::new(wool_worker_bin())
             .args(args)
+            // Only warnings: the workers' start and stop lines would drown the test output.
+            .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
