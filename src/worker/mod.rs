@@ -409,12 +409,7 @@ impl Health {
         address: &str,
         shutdown: tokio_util::sync::CancellationToken,
     ) -> Result<String, WorkerError> {
-        let bind_error = |source| WorkerError::Bind {
-            address: address.to_owned(),
-            source,
-        };
-        let listener = TcpListener::bind(address).await.map_err(bind_error)?;
-        let local = listener.local_addr().map_err(bind_error)?;
+        let (listener, local) = bind_side_port(address).await?;
         let router = Server::builder().add_service(self.service.clone());
         tokio::spawn(router.serve_with_incoming_shutdown(
             TcpListenerStream::new(listener),
@@ -424,15 +419,22 @@ impl Health {
     }
 }
 
-/// Serves the worker's metrics over HTTP on `address` until the worker shuts down; the bound
+/// Binds a plaintext side port (health, metrics) on a TCP `host:port`; the listener and its
 /// address.
-async fn serve_metrics(address: &str, state: &Arc<WorkerState>) -> Result<String, WorkerError> {
+async fn bind_side_port(address: &str) -> Result<(TcpListener, SocketAddr), WorkerError> {
     let bind_error = |source| WorkerError::Bind {
         address: address.to_owned(),
         source,
     };
     let listener = TcpListener::bind(address).await.map_err(bind_error)?;
     let local = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, local))
+}
+
+/// Serves the worker's metrics over HTTP on `address` until the worker shuts down; the bound
+/// address.
+async fn serve_metrics(address: &str, state: &Arc<WorkerState>) -> Result<String, WorkerError> {
+    let (listener, local) = bind_side_port(address).await?;
     let scrape = Arc::clone(state);
     metrics::serve(
         listener,
