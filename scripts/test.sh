@@ -25,6 +25,8 @@ setup() {
     ./scripts/setup-venvs.sh &&
         # cargo-c installs the library for the consumer suites (built once; ~20 min the first time).
         ./scripts/ensure-cargo-c.sh &&
+        # grpcurl, the real reflection client of tests/operable.rs (go install, pinned).
+        ./scripts/ensure-grpcurl.sh >/dev/null &&
         # The C, Go and Python suites load libwool (with its C ABI, the `capi` feature) and run
         # wool-worker: build them first.
         cargo build --features capi --lib --bins --examples

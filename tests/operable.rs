@@ -396,3 +396,67 @@ fn json_logs_tell_start_failures_stop_and_drain() {
     );
     find("drained");
 }
+
+/// The pinned grpcurl (`scripts/ensure-grpcurl.sh` builds it with `go install` on first use).
+fn grpcurl() -> std::path::PathBuf {
+    let output = std::process::Command::new(common::repo().join("scripts/ensure-grpcurl.sh"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("scripts/ensure-grpcurl.sh runs");
+    assert!(
+        output.status.success(),
+        "scripts/ensure-grpcurl.sh failed (it needs go and the Go module proxy):\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::path::PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
+}
+
+/// Given a worker, when the real grpcurl (no .proto file given) lists, describes and calls it,
+/// then it sees the Worker, Health and reflection services, the Worker's three methods, and
+/// gets an idle reading back.
+#[test]
+fn grpcurl_lists_describes_and_calls_the_worker_through_reflection() {
+    let grpcurl = grpcurl();
+    let worker = WorkerProcess::plaintext();
+    std::thread::sleep(Duration::from_millis(100));
+    let run = |args: &[&str]| {
+        let output = std::process::Command::new(&grpcurl)
+            .args(["-plaintext", "-max-time", "10"])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "grpcurl {args:?}: {text}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        text
+    };
+    let listed = run(&[&worker.address, "list"]);
+    for want in [
+        WORKER_SERVICE,
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+    ] {
+        assert!(listed.lines().any(|l| l == want), "{want} not in {listed}");
+    }
+    let described = run(&[&worker.address, "describe", WORKER_SERVICE]);
+    for method in ["rpc dispatch", "rpc stop", "rpc idle"] {
+        assert!(described.contains(method), "{described}");
+    }
+    let answer = run(&[
+        "-d",
+        "{}",
+        &worker.address,
+        &format!("{WORKER_SERVICE}/idle"),
+    ]);
+    let idle: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert!(
+        idle["seconds"].as_f64().is_some_and(|s| s > 0.0),
+        "{answer}"
+    );
+    let health = run(&[&worker.address, "grpc.health.v1.Health/Check"]);
+    assert!(health.contains("SERVING"), "{health}");
+}
