@@ -117,7 +117,11 @@ fn run(args: &[String]) -> Result<(), BoxError> {
             let file: String = arg(args, 1, "ADDRFILE")?;
             let concurrency: usize = arg(args, 2, "CONCURRENCY")?;
             let sweeps: usize = arg(args, 3, "SWEEPS")?;
-            let timeout: f64 = if args.len() > 4 { arg(args, 4, "TIMEOUT")? } else { 30.0 };
+            let timeout: f64 = if args.len() > 4 {
+                arg(args, 4, "TIMEOUT")?
+            } else {
+                30.0
+            };
             let addrs: Vec<String> = std::fs::read_to_string(&file)?
                 .lines()
                 .map(str::trim)
@@ -443,7 +447,8 @@ fn discover(
         let i = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
         sorted[i - 1] as f64 / 1e3
     };
-    let mut out = format!(
+    let mut out =
+        format!(
         "{{\"namespace\":{},\"reps\":{},\"workers\":{},\"counts\":[{}],\"first_us\":{first:.2},\
          \"median_us\":{:.2},\"p90_us\":{:.2},\"min_us\":{:.2},\"mean_us\":{:.2},\
          \"cpu_us_per_list\":{:.2},\"fresh_median_us\":{fresh_median:.2}",
