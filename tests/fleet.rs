@@ -232,7 +232,12 @@ fn task_between_poll_and_stop(grace: Grace) -> (Result<Vec<u8>, wool::Error>, De
     });
     until_busy(&runtime, &connection);
     runtime
-        .block_on(retire::apply(&[&connection], &mut decisions, &policy, 8))
+        .block_on(retire::apply(
+            &[Some(&connection)],
+            &mut decisions,
+            &policy,
+            8,
+        ))
         .unwrap();
     let outcome = runtime.block_on(task).unwrap();
     assert_eq!(

@@ -684,24 +684,9 @@ async fn reap_round(
     let polls = sweep_members(context, &members).await;
     let mut decisions = retire::decide(polls, policy);
     // Workers that could not be made into connections failed their poll: never stopped.
-    let live: Vec<usize> = (0..members.len())
-        .filter(|&i| members[i].connection.is_ok())
-        .collect();
-    let connections: Vec<&WorkerConnection> = live
-        .iter()
-        .map(|&i| members[i].connection.as_ref().expect("live"))
-        .collect();
-    let mut live_decisions: Vec<Decision> = live.iter().map(|&i| decisions[i].clone()).collect();
-    retire::apply(
-        &connections,
-        &mut live_decisions,
-        policy,
-        context.max_in_flight,
-    )
-    .await?;
-    for (&index, decision) in live.iter().zip(live_decisions) {
-        decisions[index] = decision;
-    }
+    let workers: Vec<Option<&WorkerConnection>> =
+        members.iter().map(|m| m.connection.as_ref().ok()).collect();
+    retire::apply(&workers, &mut decisions, policy, context.max_in_flight).await?;
     Ok(print_decisions(context, &members, &decisions, dry_run))
 }
 

@@ -340,13 +340,9 @@ pub unsafe extern "C" fn wool_retire_idle(
         let workers = unsafe { shared_handles(conns, count) };
         let polls = sweep_handles(&workers, timeout, max_in_flight)?;
         let mut decisions = retire::decide(polls, &policy);
-        // A NULL handle failed its poll, so it is never retired: the placeholder is unused.
-        let placeholder = Arc::new(WorkerConnection::new("127.0.0.1:1")?);
-        let workers: Vec<Arc<WorkerConnection>> = workers
-            .into_iter()
-            .map(|w| w.unwrap_or_else(|| Arc::clone(&placeholder)))
-            .collect();
         let decisions = runtime::block_on(async move {
+            let workers: Vec<Option<&WorkerConnection>> =
+                workers.iter().map(Option::as_deref).collect();
             retire::apply(&workers, &mut decisions, &policy, max_in_flight)
                 .await
                 .map(|()| decisions)

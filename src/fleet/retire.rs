@@ -189,22 +189,20 @@ pub fn decide(polls: Vec<Result<f64, Error>>, policy: &RetirePolicy) -> Vec<Deci
 
 /// Stops the workers the decisions retire (at most `max_in_flight` stops at once), each with
 /// the policy's grace and stop timeout, and records each stop's outcome; in a dry run, stops
-/// nothing. `workers` and `decisions` are in the same order.
+/// nothing. `workers` and `decisions` are in the same order; `None` stands for a worker no
+/// connection could be made to (its poll failed, so it is never retired).
 ///
 /// A task that reaches a worker between its poll and its stop loses nothing when the grace is
 /// positive: the worker drains it before it exits.
 ///
 /// Errors: [`ErrorKind::InvalidArgument`] for a bad policy, or when the two lists differ in
 /// length.
-pub async fn apply<C>(
-    workers: &[C],
+pub async fn apply(
+    workers: &[Option<&WorkerConnection>],
     decisions: &mut [Decision],
     policy: &RetirePolicy,
     max_in_flight: usize,
-) -> Result<(), Error>
-where
-    C: Borrow<WorkerConnection>,
-{
+) -> Result<(), Error> {
     policy.validate()?;
     if workers.len() != decisions.len() {
         return Err(Error::invalid_argument(format!(
@@ -220,8 +218,11 @@ where
         .filter(|&index| decisions[index].retires())
         .collect();
     let stops = retiring.into_iter().map(|index| async move {
-        let worker: &WorkerConnection = workers[index].borrow();
-        (index, worker.stop(policy.grace, policy.stop_timeout).await)
+        let outcome = match workers[index] {
+            Some(worker) => worker.stop(policy.grace, policy.stop_timeout).await,
+            None => Err(Error::invalid_argument("no connection to this worker")),
+        };
+        (index, outcome)
     });
     let mut stops = futures_util::stream::iter(stops).buffer_unordered(max_in_flight.max(1));
     while let Some((index, outcome)) = stops.next().await {
@@ -246,7 +247,9 @@ where
     policy.validate()?;
     let polls = sweep(workers.iter().map(Borrow::borrow), options).await?;
     let mut decisions = decide(polls, policy);
-    apply(workers, &mut decisions, policy, options.max_in_flight).await?;
+    let workers: Vec<Option<&WorkerConnection>> =
+        workers.iter().map(|w| Some(w.borrow())).collect();
+    apply(&workers, &mut decisions, policy, options.max_in_flight).await?;
     Ok(decisions)
 }
 

@@ -55,16 +55,7 @@ func StartWoolPool(t testing.TB, namespace string, spawn int) *Pool {
 	t.Helper()
 	script := filepath.Join(RepoRoot(), "tests", "interop", "wool_pool.py")
 	cmd := exec.Command(woolPython(t, poolVersion), script, "pool", namespace, "--spawn", fmt.Sprint(spawn))
-	p := &Process{cmd: cmd, lines: make(chan string, 64), exited: make(chan struct{}), stderr: &lockedBuffer{}}
-	cmd.Stderr = p.stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", script, err)
-	}
-	go p.readLines(stdout)
+	p := launch(t, cmd)
 	pool := &Pool{Namespace: namespace, process: p}
 	t.Cleanup(func() { pool.Terminate(t) })
 	line, ok := p.nextLine(startTimeout)

@@ -91,7 +91,8 @@ func StartWoolWorker(t testing.TB, version string, args ...string) *Process {
 	return start(t, cmd, stdin)
 }
 
-func start(t testing.TB, cmd *exec.Cmd, stdin io.Closer) *Process {
+// launch starts cmd with its stderr kept and its stdout lines fed to the Process.
+func launch(t testing.TB, cmd *exec.Cmd) *Process {
 	t.Helper()
 	p := &Process{cmd: cmd, lines: make(chan string, 64), exited: make(chan struct{}), stderr: &lockedBuffer{}}
 	cmd.Stderr = p.stderr
@@ -103,6 +104,12 @@ func start(t testing.TB, cmd *exec.Cmd, stdin io.Closer) *Process {
 		t.Fatalf("start %s: %v", cmd.Path, err)
 	}
 	go p.readLines(stdout)
+	return p
+}
+
+func start(t testing.TB, cmd *exec.Cmd, stdin io.Closer) *Process {
+	t.Helper()
+	p := launch(t, cmd)
 	t.Cleanup(func() { p.stop(t, stdin) })
 	first, ok := p.nextLine(startTimeout)
 	if !ok || first == "" || strings.HasPrefix(first, "error") {
