@@ -14,7 +14,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use h2::client::SendRequest;
@@ -83,8 +83,6 @@ struct ConnectionState {
     calls: AtomicUsize,
     /// Keepalive PINGs sent since a call last started (gRPC's "pings without data").
     pings_without_data: AtomicU32,
-    /// When a call last took the connection.
-    last_used: std::sync::Mutex<Instant>,
     /// The keepalive settings in force, if any (what the timeout message reports).
     keepalive: Option<Keepalive>,
 }
@@ -135,16 +133,6 @@ impl ConnectionState {
         )
     }
 
-    /// Marks the connection used now; how long it had been unused.
-    fn touch(&self) -> Duration {
-        let mut last_used = self
-            .last_used
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let unused = last_used.elapsed();
-        *last_used = Instant::now();
-        unused
-    }
 }
 
 /// An I/O failure on the way to or with the worker: a TLS failure when rustls reports one
@@ -197,10 +185,6 @@ impl Drop for CallOnConnection {
         }
     }
 }
-
-/// A connection unused for longer than this is checked for a hang-up before reuse
-/// (see [`Http2Channel::connection`]).
-const RECHECK_AFTER: Duration = Duration::from_millis(500);
 
 impl Open {
     fn is_ended(&self) -> bool {
@@ -291,12 +275,13 @@ impl Http2Channel {
     /// A host that polls, say, once a minute leaves the library's runtime idle in between, so
     /// nothing reads the socket: a worker that closed the connection meanwhile (it was replaced,
     /// or grpcio closed a connection whose keepalive pings went unanswered) is not yet noticed
-    /// by the connection task. So a connection unused for a while is first asked directly
-    /// whether the peer hung up, and a closed one is replaced instead of failing the call.
+    /// by the connection task. So every call first asks the socket directly (one `poll`, no
+    /// wait) whether the peer hung up, and a closed connection is replaced instead of failing
+    /// the call — also one used moments ago by a worker since replaced on the same port.
     async fn connection(&self) -> Result<Open, TransportFailure> {
         let mut open = self.shared.open.lock().await;
         if let Some(current) = open.as_ref().filter(|o| !o.is_ended()) {
-            if current.state.touch() < RECHECK_AFTER || !current.peer_hung_up() {
+            if !current.peer_hung_up() {
                 return Ok(current.clone());
             }
             current.state.ended.store(true, Ordering::Release);
@@ -473,7 +458,6 @@ async fn dial(
         peer_spoke_tls,
         calls: AtomicUsize::new(0),
         pings_without_data: AtomicU32::new(0),
-        last_used: std::sync::Mutex::new(Instant::now()),
         keepalive: config.keepalive,
     });
     let task = tokio::spawn(drive(
