@@ -132,7 +132,6 @@ impl ConnectionState {
             format!("HTTP/2 with the worker at {target}: {error}"),
         )
     }
-
 }
 
 /// An I/O failure on the way to or with the worker: a TLS failure when rustls reports one
