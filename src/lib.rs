@@ -15,6 +15,7 @@ pub mod ffi;
 pub mod fleet;
 mod process;
 pub mod protocol;
+mod tls;
 pub mod worker;
 
 pub use connection::{Error, ErrorKind, WorkerConnection, WorkerCredentials};

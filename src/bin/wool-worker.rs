@@ -11,6 +11,10 @@
 //! `sleep` routines, and exits 0 once a `stop` has completed. SIGTERM and SIGINT stop it
 //! gracefully (in-flight tasks may finish); a second one cancels what is still in flight. Logs go
 //! to stderr: start and listen address, stop (with its grace), drain, each task's failure.
+//!
+//! With TLS, the certificate, key and CA files are read again on SIGHUP and whenever they change:
+//! new connections use the new material, established ones carry on; material that fails the
+//! checks is refused with a log line and the previous material kept.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -18,7 +22,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use wool::worker::{Grace, ListenAddress, RoutineRegistry, ServerCredentials, Worker};
+use wool::worker::{Grace, ListenAddress, RoutineRegistry, ServerCredentialFiles, Worker};
 
 /// The reference Wool worker: serves `echo` and `sleep`, reports idle time, obeys `stop`.
 #[derive(Debug, Parser)]
@@ -87,19 +91,22 @@ fn positive_seconds(text: &str) -> Result<f64, String> {
 }
 
 impl Args {
-    fn credentials(&self) -> Result<Option<ServerCredentials>, String> {
+    fn credentials(&self) -> Result<Option<ServerCredentialFiles>, String> {
         let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
             return Ok(None);
         };
-        let read = |path: &PathBuf| {
-            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+        let client_ca = match (&self.tls_ca, self.one_way) {
+            (_, true) => None,
+            (Some(ca), false) => Some(ca.clone()),
+            (None, false) => {
+                return Err("--tls-ca is required for mutual TLS (or pass --one-way)".into())
+            }
         };
-        let (cert, key) = (read(cert)?, read(key)?);
-        match (&self.tls_ca, self.one_way) {
-            (_, true) => Ok(Some(ServerCredentials::one_way(cert, key))),
-            (Some(ca), false) => Ok(Some(ServerCredentials::mutual(read(ca)?, cert, key))),
-            (None, false) => Err("--tls-ca is required for mutual TLS (or pass --one-way)".into()),
-        }
+        Ok(Some(ServerCredentialFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca,
+        }))
     }
 }
 
@@ -167,6 +174,8 @@ async fn run(args: Args) -> Result<(), String> {
         signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
     let mut interrupt =
         signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
+    let mut hangup =
+        signal(SignalKind::hangup()).map_err(|e| format!("cannot handle SIGHUP: {e}"))?;
     let keepalive_interval =
         (args.keepalive_interval > 0.0).then(|| Duration::from_secs_f64(args.keepalive_interval));
     let mut builder = Worker::builder()
@@ -177,7 +186,7 @@ async fn run(args: Args) -> Result<(), String> {
             Duration::from_secs_f64(args.keepalive_timeout),
         );
     if let Some(credentials) = args.credentials()? {
-        builder = builder.credentials(credentials);
+        builder = builder.credentials_from_files(credentials);
     }
     if let Some(health) = &args.health_listen {
         builder = builder.health_listen(health.clone());
@@ -193,10 +202,13 @@ async fn run(args: Args) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
 
-    tokio::select! {
-        result = worker.wait() => return result.map_err(|e| e.to_string()),
-        _ = terminate.recv() => {}
-        _ = interrupt.recv() => {}
+    loop {
+        tokio::select! {
+            result = worker.wait() => return result.map_err(|e| e.to_string()),
+            _ = terminate.recv() => break,
+            _ = interrupt.recv() => break,
+            _ = hangup.recv() => reload_credentials(&worker),
+        }
     }
     tracing::info!(
         "signal received: stopping; in-flight tasks may finish (a second signal cancels them)"
@@ -211,4 +223,15 @@ async fn run(args: Args) -> Result<(), String> {
         }
     }
     worker.wait().await.map_err(|e| e.to_string())
+}
+
+/// SIGHUP: reads the TLS files again (the outcome is logged; a refusal keeps the old material).
+fn reload_credentials(worker: &wool::worker::WorkerHandle) {
+    match worker.reload_credentials() {
+        Ok(wool::worker::CredentialReload::Unchanged) => {
+            tracing::info!("SIGHUP: the TLS files are unchanged")
+        }
+        Ok(wool::worker::CredentialReload::Reloaded) => {}
+        Err(error) => tracing::warn!(%error, "SIGHUP: credentials not reloaded"),
+    }
 }

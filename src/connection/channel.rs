@@ -268,6 +268,11 @@ impl Http2Channel {
         }
     }
 
+    /// Whether `other` is a clone of this channel.
+    pub(crate) fn same_channel(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     /// The current connection, dialing (once, for all concurrent callers) if there is none or
     /// the last one ended.
     ///

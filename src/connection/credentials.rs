@@ -1,35 +1,91 @@
-//! Client credentials for TLS workers (Wool's `WorkerCredentials`).
+//! Client credentials for TLS workers (Wool's `WorkerCredentials`), fixed or reloaded from
+//! files as they change (Wool's `WorkerCredentialsProvider(reloadable=True)`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use std::sync::Arc;
-
+use arc_swap::ArcSwap;
 use rustls_pki_types::ServerName;
-use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+use tokio_rustls::rustls::ClientConfig;
 
 use super::Error;
+use crate::tls::{self, FileStamp};
+
+/// How long reloadable credentials serve what they last read before they look at their files
+/// again (Wool's provider default `fresh_for`: one second). Looking is a `stat` of each file;
+/// they are read again only when that changed.
+pub const CREDENTIAL_RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How this client proves itself to and verifies a TLS worker: the CA the worker's certificate
 /// must chain to, for mutual TLS a client certificate and key, and optionally the name to verify
 /// the worker's certificate against instead of the dialed host.
 ///
 /// PEM text is checked when the credentials are made, so a bad PEM fails here, not on the first
-/// call. Credentials are compared by content: connections with equal credentials share channels.
-#[derive(Clone, PartialEq, Eq, Hash)]
+/// call. Fixed credentials ([`from_pem`](Self::from_pem), [`from_files`](Self::from_files)) are
+/// compared by content: connections with equal credentials share channels. Reloadable ones
+/// ([`from_files_reloadable`](Self::from_files_reloadable)) share channels while they read
+/// the same material.
+#[derive(Clone)]
 pub struct WorkerCredentials {
+    source: Source,
+    identity: Option<String>,
+}
+
+#[derive(Clone)]
+enum Source {
+    Fixed(Arc<TlsMaterial>),
+    Files(Arc<CredentialFiles>),
+}
+
+/// The PEM a TLS connection is made with, compared by content: part of the pool key, so that a
+/// connection whose material changed gets a new channel.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct TlsMaterial {
     ca_pem: Vec<u8>,
     /// (certificate chain, private key) for mutual TLS.
     client: Option<(Vec<u8>, Vec<u8>)>,
-    identity: Option<String>,
+}
+
+/// The TLS half of a pool key: the material and the name the worker is verified against.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct TlsKey {
+    pub(crate) material: Arc<TlsMaterial>,
+    pub(crate) identity: Option<String>,
+}
+
+impl PartialEq for WorkerCredentials {
+    /// Fixed credentials are equal when their material and identity are; reloadable ones when
+    /// they are the same set of files (clones of one value) with the same identity.
+    fn eq(&self, other: &Self) -> bool {
+        self.identity == other.identity
+            && match (&self.source, &other.source) {
+                (Source::Fixed(a), Source::Fixed(b)) => a == b,
+                (Source::Files(a), Source::Files(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    }
+}
+
+impl Eq for WorkerCredentials {}
+
+impl std::hash::Hash for WorkerCredentials {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.identity.hash(state);
+        match &self.source {
+            Source::Fixed(material) => material.hash(state),
+            Source::Files(files) => Arc::as_ptr(files).hash(state),
+        }
+    }
 }
 
 impl std::fmt::Debug for WorkerCredentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WorkerCredentials")
-            .field("mutual", &self.client.is_some())
+            .field("mutual", &self.is_mutual())
             .field("identity", &self.identity)
+            .field("reloadable", &self.is_reloadable())
             .finish_non_exhaustive()
     }
 }
@@ -54,31 +110,15 @@ impl WorkerCredentials {
         mutual: bool,
         identity: Option<&str>,
     ) -> Result<Self, Error> {
-        check_certificates("CA", ca_pem)?;
-        let client = if mutual {
-            let key =
-                key_pem.ok_or_else(|| Error::invalid_argument("mutual TLS needs a client key"))?;
-            let cert = cert_pem
-                .ok_or_else(|| Error::invalid_argument("mutual TLS needs a client certificate"))?;
-            check_certificates("client certificate", cert)?;
-            check_key(key)?;
-            Some((cert.to_vec(), key.to_vec()))
-        } else {
-            None
-        };
-        let identity = checked_identity(identity)?;
-        let credentials = Self {
-            ca_pem: ca_pem.to_vec(),
-            client,
-            identity,
-        };
-        // Build the TLS configuration once now, so that anything rustls would refuse later (a
-        // certificate that does not parse, a key that does not match its certificate) fails here.
-        credentials.client_config("localhost")?;
-        Ok(credentials)
+        let material = TlsMaterial::from_pem(ca_pem, key_pem, cert_pem, mutual)
+            .map_err(Error::invalid_argument)?;
+        Ok(Self {
+            source: Source::Fixed(Arc::new(material)),
+            identity: checked_identity(identity)?,
+        })
     }
 
-    /// Credentials from PEM files; as [`from_pem`](Self::from_pem), plus an
+    /// Credentials from PEM files, read once; as [`from_pem`](Self::from_pem), plus an
     /// [`ErrorKind::InvalidArgument`](super::ErrorKind::InvalidArgument) naming any file that
     /// cannot be read. Matches Wool's `WorkerCredentials.from_files`.
     pub fn from_files(
@@ -88,25 +128,51 @@ impl WorkerCredentials {
         mutual: bool,
         identity: Option<&str>,
     ) -> Result<Self, Error> {
-        let read = |path: &Path| {
-            std::fs::read(path).map_err(|e| {
-                Error::invalid_argument(format!("cannot read {}: {e}", path.display()))
-            })
-        };
-        let ca = read(ca_path)?;
-        let (key, cert) = if mutual {
-            (
-                key_path.map(read).transpose()?,
-                cert_path.map(read).transpose()?,
-            )
-        } else {
-            (None, None)
-        };
-        Self::from_pem(&ca, key.as_deref(), cert.as_deref(), mutual, identity)
+        let files = CredentialPaths::new(ca_path, key_path, cert_path, mutual)?;
+        Ok(Self {
+            source: Source::Fixed(Arc::new(files.read().map_err(Error::invalid_argument)?)),
+            identity: checked_identity(identity)?,
+        })
+    }
+
+    /// Credentials from PEM files that are read again when they change, as Wool's
+    /// `WorkerCredentialsProvider(reloadable=True)` over a factory reading files.
+    ///
+    /// The files are read and checked now (errors as [`from_files`](Self::from_files)). Then,
+    /// at most once per [`CREDENTIAL_RELOAD_INTERVAL`], a call looks at them (`stat`); when one
+    /// changed they are read again. New material is used by the connections dialed from then
+    /// on: each [`WorkerConnection`](super::WorkerConnection) moves to a new pooled channel on
+    /// its next call, and the channel made with the old material is retired once the calls
+    /// still running on it end (its connection closes then, rather than lingering in the pool).
+    /// Material that does not pass the checks (a half-written file, a key that does not match
+    /// its certificate) is refused with a `tracing` warning and the previous material kept;
+    /// it is tried again at the next interval. The TLS mode (mutual or one-way) stays as made.
+    pub fn from_files_reloadable(
+        ca_path: &Path,
+        key_path: Option<&Path>,
+        cert_path: Option<&Path>,
+        mutual: bool,
+        identity: Option<&str>,
+    ) -> Result<Self, Error> {
+        let paths = CredentialPaths::new(ca_path, key_path, cert_path, mutual)?;
+        let identity = checked_identity(identity)?;
+        let stamps = paths.stamps();
+        let material = paths.read().map_err(Error::invalid_argument)?;
+        Ok(Self {
+            source: Source::Files(Arc::new(CredentialFiles {
+                current: ArcSwap::from_pointee(material),
+                epoch: Instant::now(),
+                next_look_ms: AtomicU64::new(CREDENTIAL_RELOAD_INTERVAL.as_millis() as u64),
+                stamps: Mutex::new(stamps),
+                paths,
+            })),
+            identity,
+        })
     }
 
     /// The same credentials, verifying the worker against `identity` instead (as Wool does
     /// with a discovered worker's advertised identity); `""` means the dialed host.
+    /// Reloadable credentials stay reloadable (the clone reads the same files).
     ///
     /// Errors: [`ErrorKind::InvalidArgument`](super::ErrorKind::InvalidArgument) when
     /// `identity` is not a valid DNS name or IP address.
@@ -119,7 +185,16 @@ impl WorkerCredentials {
 
     /// Whether the client presents a certificate (mutual TLS).
     pub fn is_mutual(&self) -> bool {
-        self.client.is_some()
+        match &self.source {
+            Source::Fixed(material) => material.client.is_some(),
+            Source::Files(files) => files.paths.client.is_some(),
+        }
+    }
+
+    /// Whether the credentials are read again when their files change
+    /// ([`from_files_reloadable`](Self::from_files_reloadable)).
+    pub fn is_reloadable(&self) -> bool {
+        matches!(self.source, Source::Files(_))
     }
 
     /// The name the worker's certificate is verified against instead of the dialed host, if set.
@@ -127,41 +202,201 @@ impl WorkerCredentials {
         self.identity.as_deref()
     }
 
-    /// The rustls client configuration (roots = the CA, client certificate when mutual, ALPN
-    /// `h2`) and the name to verify the worker against: the identity, else `default_name` (the
-    /// dialed host; an IP address is checked against the certificate's IP SANs).
+    /// The material to dial with now (for reloadable credentials: after looking at the files,
+    /// when that is due) and the identity.
+    pub(crate) fn current(&self) -> TlsKey {
+        let material = match &self.source {
+            Source::Fixed(material) => Arc::clone(material),
+            Source::Files(files) => files.current(),
+        };
+        TlsKey {
+            material,
+            identity: self.identity.clone(),
+        }
+    }
+
+    /// For reloadable credentials, whether `material` is what they serve now (looking at the
+    /// files when that is due); fixed credentials never change.
+    pub(crate) fn still_serves(&self, material: &Arc<TlsMaterial>) -> bool {
+        match &self.source {
+            Source::Fixed(_) => true,
+            Source::Files(files) => Arc::ptr_eq(&files.current(), material),
+        }
+    }
+}
+
+/// The files of reloadable credentials.
+#[derive(Debug)]
+struct CredentialPaths {
+    ca: PathBuf,
+    /// (certificate chain, key) for mutual TLS.
+    client: Option<(PathBuf, PathBuf)>,
+}
+
+impl CredentialPaths {
+    fn new(
+        ca: &Path,
+        key: Option<&Path>,
+        cert: Option<&Path>,
+        mutual: bool,
+    ) -> Result<Self, Error> {
+        let client = if mutual {
+            let key =
+                key.ok_or_else(|| Error::invalid_argument("mutual TLS needs a client key"))?;
+            let cert = cert
+                .ok_or_else(|| Error::invalid_argument("mutual TLS needs a client certificate"))?;
+            Some((cert.to_path_buf(), key.to_path_buf()))
+        } else {
+            None
+        };
+        Ok(Self {
+            ca: ca.to_path_buf(),
+            client,
+        })
+    }
+
+    fn read(&self) -> Result<TlsMaterial, String> {
+        let ca = tls::read_pem_file(&self.ca)?;
+        let client = match &self.client {
+            Some((cert, key)) => Some((tls::read_pem_file(cert)?, tls::read_pem_file(key)?)),
+            None => None,
+        };
+        TlsMaterial::from_pem(
+            &ca,
+            client.as_ref().map(|(_, key)| key.as_slice()),
+            client.as_ref().map(|(cert, _)| cert.as_slice()),
+            client.is_some(),
+        )
+    }
+
+    fn stamps(&self) -> Vec<FileStamp> {
+        let mut stamps = vec![FileStamp::of(&self.ca)];
+        if let Some((cert, key)) = &self.client {
+            stamps.extend([FileStamp::of(cert), FileStamp::of(key)]);
+        }
+        stamps
+    }
+}
+
+/// Reloadable credentials' state: what they serve, and when to look at the files next.
+struct CredentialFiles {
+    paths: CredentialPaths,
+    current: ArcSwap<TlsMaterial>,
+    /// The clock `next_look_ms` counts from.
+    epoch: Instant,
+    /// When the files are next looked at, in milliseconds after `epoch`.
+    next_look_ms: AtomicU64,
+    /// The files' stamps when last read; held by the one call that looks (others go on with
+    /// the current material meanwhile).
+    stamps: Mutex<Vec<FileStamp>>,
+}
+
+impl CredentialFiles {
+    /// The material to use now, looking at the files first when that is due.
+    fn current(&self) -> Arc<TlsMaterial> {
+        let now_ms = self.epoch.elapsed().as_millis() as u64;
+        if now_ms >= self.next_look_ms.load(Ordering::Relaxed) {
+            self.look(now_ms);
+        }
+        self.current.load_full()
+    }
+
+    /// Reads the files again if their stamps changed; refuses (keeping the current material)
+    /// what does not pass the checks.
+    fn look(&self, now_ms: u64) {
+        let Ok(mut stamps) = self.stamps.try_lock() else {
+            return; // another call is looking
+        };
+        self.next_look_ms.store(
+            now_ms + CREDENTIAL_RELOAD_INTERVAL.as_millis() as u64,
+            Ordering::Relaxed,
+        );
+        let now = self.paths.stamps();
+        if now == *stamps {
+            return;
+        }
+        match self.paths.read() {
+            Ok(material) => {
+                *stamps = now;
+                if *self.current.load_full() != material {
+                    self.current.store(Arc::new(material));
+                    tracing::info!(
+                        ca = %self.paths.ca.display(),
+                        "TLS credentials reloaded: new connections use the new material"
+                    );
+                }
+            }
+            Err(error) => tracing::warn!(
+                ca = %self.paths.ca.display(),
+                %error,
+                "refusing the TLS credentials read from the files; keeping the previous ones"
+            ),
+        }
+    }
+}
+
+impl TlsMaterial {
+    /// Checks PEM text (as [`WorkerCredentials::from_pem`] documents) into material.
+    fn from_pem(
+        ca_pem: &[u8],
+        key_pem: Option<&[u8]>,
+        cert_pem: Option<&[u8]>,
+        mutual: bool,
+    ) -> Result<Self, String> {
+        tls::certificates("CA", ca_pem)?;
+        let client = if mutual {
+            let key = key_pem.ok_or("mutual TLS needs a client key")?;
+            let cert = cert_pem.ok_or("mutual TLS needs a client certificate")?;
+            tls::certificates("client certificate", cert)?;
+            tls::private_key("client key", key)?;
+            Some((cert.to_vec(), key.to_vec()))
+        } else {
+            None
+        };
+        let material = Self {
+            ca_pem: ca_pem.to_vec(),
+            client,
+        };
+        // Build the TLS configuration once now, so that anything rustls would refuse later (a
+        // certificate that does not parse, a key that does not match its certificate) fails here.
+        material.client_config()?;
+        Ok(material)
+    }
+
+    /// The rustls client configuration: roots = the CA, the client certificate when mutual,
+    /// ALPN `h2`.
+    fn client_config(&self) -> Result<ClientConfig, String> {
+        let roots = tls::root_store("CA", &self.ca_pem)?;
+        let builder = ClientConfig::builder_with_provider(tls::provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS setup: {e}"))?
+            .with_root_certificates(roots);
+        let mut config = match &self.client {
+            Some((cert, key)) => builder
+                .with_client_auth_cert(
+                    tls::certificates("client certificate", cert)?,
+                    tls::private_key("client key", key)?,
+                )
+                .map_err(|e| format!("unusable client certificate or key: {e}"))?,
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(config)
+    }
+}
+
+impl TlsKey {
+    /// The rustls client configuration for this material and the name to verify the worker
+    /// against: the identity, else `default_name` (the dialed host; an IP address is checked
+    /// against the certificate's IP SANs).
     pub(crate) fn client_config(
         &self,
         default_name: &str,
     ) -> Result<(Arc<ClientConfig>, ServerName<'static>), Error> {
-        let invalid =
-            |what: &str, e: &dyn std::fmt::Display| Error::invalid_argument(format!("{what}: {e}"));
-        let mut roots = RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(&self.ca_pem) {
-            roots
-                .add(cert.map_err(|e| invalid("CA PEM is malformed", &e))?)
-                .map_err(|e| invalid("unusable CA certificate", &e))?;
-        }
-        let builder = ClientConfig::builder_with_provider(Arc::new(
-            tokio_rustls::rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| invalid("TLS setup", &e))?
-        .with_root_certificates(roots);
-        let mut config = match &self.client {
-            Some((cert, key)) => {
-                let chain = CertificateDer::pem_slice_iter(cert)
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| invalid("client certificate PEM is malformed", &e))?;
-                let key = PrivateKeyDer::from_pem_slice(key)
-                    .map_err(|e| invalid("client key PEM is malformed", &e))?;
-                builder
-                    .with_client_auth_cert(chain, key)
-                    .map_err(|e| invalid("unusable client certificate or key", &e))?
-            }
-            None => builder.with_no_client_auth(),
-        };
-        config.alpn_protocols = vec![b"h2".to_vec()];
+        let config = self
+            .material
+            .client_config()
+            .map_err(Error::invalid_argument)?;
         let name = self.identity.as_deref().unwrap_or(default_name);
         let name = ServerName::try_from(name.to_string()).map_err(|_| {
             Error::invalid_argument(format!(
@@ -170,26 +405,6 @@ impl WorkerCredentials {
         })?;
         Ok((Arc::new(config), name))
     }
-}
-
-fn check_certificates(what: &str, pem: &[u8]) -> Result<(), Error> {
-    let mut count = 0;
-    for cert in CertificateDer::pem_slice_iter(pem) {
-        cert.map_err(|e| Error::invalid_argument(format!("{what} PEM is malformed: {e}")))?;
-        count += 1;
-    }
-    if count == 0 {
-        return Err(Error::invalid_argument(format!(
-            "{what} PEM holds no certificate"
-        )));
-    }
-    Ok(())
-}
-
-fn check_key(pem: &[u8]) -> Result<(), Error> {
-    PrivateKeyDer::from_pem_slice(pem).map(drop).map_err(|e| {
-        Error::invalid_argument(format!("client key PEM holds no usable private key: {e}"))
-    })
 }
 
 /// An identity to verify the worker against: `None` for none or `""`, else a DNS name or IP.

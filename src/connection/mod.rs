@@ -33,7 +33,7 @@ use arc_swap::ArcSwapOption;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-pub use credentials::WorkerCredentials;
+pub use credentials::{WorkerCredentials, CREDENTIAL_RELOAD_INTERVAL};
 use error::Call;
 pub use error::{Error, ErrorKind};
 pub use pool::{pooled_channels, UNUSED_CHANNEL_TTL};
@@ -195,7 +195,10 @@ pub fn timeout_from_seconds(seconds: f64) -> Result<Option<Duration>, Error> {
 /// worker open one TCP connection.
 #[derive(Debug)]
 pub struct WorkerConnection {
+    /// The pool key: for reloadable credentials, the one made with the material read first.
     key: Arc<PoolKey>,
+    /// Reloadable credentials, looked at on each call for new material.
+    reloadable: Option<WorkerCredentials>,
     /// This connection's share of its pooled channel, taken on the first call. Replaced when
     /// it belongs to another process (the connection was inherited across `fork()`); swapped
     /// without a lock, so a forked child never waits on one its parent held.
@@ -232,9 +235,10 @@ impl WorkerConnection {
         Ok(Self {
             key: Arc::new(PoolKey {
                 target,
-                credentials,
+                tls: credentials.as_ref().map(WorkerCredentials::current),
                 options,
             }),
+            reloadable: credentials.filter(WorkerCredentials::is_reloadable),
             lease: ArcSwapOption::empty(),
         })
     }
@@ -244,15 +248,44 @@ impl WorkerConnection {
         &self.key.target
     }
 
-    /// The pooled channel, taking a share of it on first use in this process.
+    /// The pooled channel, taking a share of it on first use in this process, and again when
+    /// reloadable credentials have new material.
     fn channel(&self) -> Result<channel::Http2Channel, Error> {
-        if let Some(lease) = self.lease.load().as_ref().filter(|l| l.is_current()) {
-            return Ok(lease.channel().clone());
+        if let Some(lease) = self.lease.load().as_ref() {
+            if lease.is_current() && self.still_serves(lease) {
+                return Ok(lease.channel().clone());
+            }
         }
-        let lease = Arc::new(ChannelLease::acquire(&self.key)?);
+        self.renew_lease()
+    }
+
+    /// Whether the lease was made with the material the credentials serve now.
+    fn still_serves(&self, lease: &ChannelLease) -> bool {
+        match (&self.reloadable, &lease.key().tls) {
+            (Some(credentials), Some(tls)) => credentials.still_serves(&tls.material),
+            _ => true,
+        }
+    }
+
+    /// Takes a share of the channel for the current key; a lease made with superseded material
+    /// retires its channel (see [`ChannelLease::retire`]).
+    fn renew_lease(&self) -> Result<channel::Http2Channel, Error> {
+        let key = match &self.reloadable {
+            Some(credentials) => Arc::new(PoolKey {
+                target: self.key.target.clone(),
+                tls: Some(credentials.current()),
+                options: self.key.options.clone(),
+            }),
+            None => Arc::clone(&self.key),
+        };
+        let lease = Arc::new(ChannelLease::acquire(&key)?);
         let channel = lease.channel().clone();
         // Racing first calls each take a share; the one stored stays, the others are released.
-        self.lease.store(Some(lease));
+        if let Some(old) = self.lease.swap(Some(lease)) {
+            if old.is_current() && old.key() != &key {
+                old.retire();
+            }
+        }
         Ok(channel)
     }
 

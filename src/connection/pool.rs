@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::channel::{ChannelConfig, Http2Channel};
-use super::{ChannelOptions, Error, Target, WorkerCredentials};
+use super::credentials::TlsKey;
+use super::{ChannelOptions, Error, Target};
 use crate::process::PerProcess;
 
 /// How long an unused channel stays in the pool (Wool's client pool keeps one 60 s).
@@ -20,7 +21,8 @@ pub const UNUSED_CHANNEL_TTL: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct PoolKey {
     pub(crate) target: Target,
-    pub(crate) credentials: Option<WorkerCredentials>,
+    /// The TLS material and identity; `None` for plaintext.
+    pub(crate) tls: Option<TlsKey>,
     pub(crate) options: ChannelOptions,
 }
 
@@ -98,6 +100,29 @@ impl ChannelLease {
         })
     }
 
+    /// The key the channel is pooled under.
+    pub(crate) fn key(&self) -> &Arc<PoolKey> {
+        &self.key
+    }
+
+    /// Takes the channel for this lease's key out of the pool, because the credentials it was
+    /// made with were replaced: no new lease gets it, and it does not linger unused. Leases
+    /// still holding it keep it, and calls running on it finish; its connection closes once
+    /// the last of them lets go (as Wool's pool expires a key superseded by rotation).
+    pub(crate) fn retire(&self) {
+        if !self.is_current() {
+            return;
+        }
+        let mut pool = pool();
+        if pool
+            .entries
+            .get(&self.key)
+            .is_some_and(|entry| entry.channel.same_channel(&self.channel))
+        {
+            pool.entries.remove(&self.key);
+        }
+    }
+
     /// The shared channel (cheap to clone).
     pub(crate) fn channel(&self) -> &Http2Channel {
         &self.channel
@@ -117,18 +142,26 @@ impl Drop for ChannelLease {
             // here. Leave them alone.
             return;
         }
-        // SAFETY: dropped once, here, and never used again.
-        unsafe { std::mem::ManuallyDrop::drop(&mut self.channel) };
-        let mut pool = pool();
-        if let Some(entry) = pool.entries.get_mut(&self.key) {
-            entry.users -= 1;
-            if entry.users == 0 {
-                let now = Instant::now();
-                entry.unused_since = Some(now);
-                let due = *pool.next_expiry.get_or_insert(now + UNUSED_CHANNEL_TTL);
-                pool.schedule_eviction(due.saturating_duration_since(now));
+        {
+            let mut pool = pool();
+            // The entry of this very channel: after a retirement the key may name a newer one.
+            if let Some(entry) = pool
+                .entries
+                .get_mut(&self.key)
+                .filter(|entry| entry.channel.same_channel(&self.channel))
+            {
+                entry.users -= 1;
+                if entry.users == 0 {
+                    let now = Instant::now();
+                    entry.unused_since = Some(now);
+                    let due = *pool.next_expiry.get_or_insert(now + UNUSED_CHANNEL_TTL);
+                    pool.schedule_eviction(due.saturating_duration_since(now));
+                }
             }
         }
+        // SAFETY: dropped once, here, and never used again. Outside the pool's lock: for a
+        // retired channel this may be the last handle, and its connection then closes.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.channel) };
     }
 }
 
@@ -185,9 +218,9 @@ pub fn pooled_channels() -> usize {
 
 fn open_channel(key: &PoolKey) -> Result<Http2Channel, Error> {
     let tls = key
-        .credentials
+        .tls
         .as_ref()
-        .map(|credentials| credentials.client_config(key.target.tls_name()))
+        .map(|tls| tls.client_config(key.target.tls_name()))
         .transpose()?;
     Ok(Http2Channel::new(ChannelConfig {
         target: key.target.clone(),

@@ -20,6 +20,7 @@ pub mod idle;
 pub mod metrics;
 pub mod routine;
 mod service;
+mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -32,12 +33,14 @@ use futures_util::StreamExt;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::transport::Server;
 
 use crate::protocol::worker_server::WorkerServer;
 pub use crate::protocol::Grace;
 pub use routine::{Routine, RoutineFuture, RoutineRegistry};
 use service::{IdleFastPath, WorkerService, WorkerState};
+use tls::ServerTls;
+pub use tls::{CredentialReload, ServerCredentialFiles, ServerCredentials};
 
 pub use crate::protocol::MAX_MESSAGE_BYTES;
 
@@ -106,86 +109,6 @@ impl FromStr for ListenAddress {
     }
 }
 
-/// A worker's TLS identity: its certificate chain and key (PEM), and for mutual TLS the CA
-/// that client certificates must chain to.
-#[derive(Clone)]
-pub struct ServerCredentials {
-    cert_pem: Vec<u8>,
-    key_pem: Vec<u8>,
-    client_ca_pem: Option<Vec<u8>>,
-}
-
-impl std::fmt::Debug for ServerCredentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerCredentials")
-            .field("mutual", &self.client_ca_pem.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl ServerCredentials {
-    /// Mutual TLS (Wool's default for secure workers): clients must present a certificate
-    /// signed by `ca_pem`.
-    pub fn mutual(
-        ca_pem: impl Into<Vec<u8>>,
-        cert_pem: impl Into<Vec<u8>>,
-        key_pem: impl Into<Vec<u8>>,
-    ) -> Self {
-        Self {
-            cert_pem: cert_pem.into(),
-            key_pem: key_pem.into(),
-            client_ca_pem: Some(ca_pem.into()),
-        }
-    }
-
-    /// One-way TLS: the worker proves itself; clients present no certificate.
-    pub fn one_way(cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
-        Self {
-            cert_pem: cert_pem.into(),
-            key_pem: key_pem.into(),
-            client_ca_pem: None,
-        }
-    }
-
-    /// Checks the PEM before tonic sees it, so a bad file is named rather than reported as a
-    /// bare "transport error".
-    fn check(&self) -> Result<(), WorkerError> {
-        use rustls_pki_types::pem::PemObject;
-        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-        let certificates = |what: &str, pem: &[u8]| {
-            let parsed: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(pem).collect();
-            match parsed {
-                Ok(certs) if !certs.is_empty() => Ok(()),
-                Ok(_) => Err(WorkerError::Tls(format!(
-                    "the {what} PEM holds no certificate"
-                ))),
-                Err(e) => Err(WorkerError::Tls(format!(
-                    "the {what} PEM is malformed: {e}"
-                ))),
-            }
-        };
-        certificates("worker certificate", &self.cert_pem)?;
-        PrivateKeyDer::from_pem_slice(&self.key_pem).map_err(|e| {
-            WorkerError::Tls(format!(
-                "the worker key PEM holds no usable private key: {e}"
-            ))
-        })?;
-        if let Some(ca) = &self.client_ca_pem {
-            certificates("client CA", ca)?;
-        }
-        Ok(())
-    }
-
-    fn tls_config(&self) -> ServerTlsConfig {
-        let config =
-            ServerTlsConfig::new().identity(Identity::from_pem(&self.cert_pem, &self.key_pem));
-        match &self.client_ca_pem {
-            Some(ca) => config.client_ca_root(Certificate::from_pem(ca)),
-            None => config,
-        }
-    }
-}
-
 /// Entry point: `Worker::builder()`.
 #[derive(Debug)]
 pub struct Worker;
@@ -211,10 +134,17 @@ pub struct WorkerBuilder {
     listen: ListenAddress,
     health_listen: Option<String>,
     metrics_listen: Option<String>,
-    credentials: Option<ServerCredentials>,
+    credentials: Option<CredentialSource>,
     routines: RoutineRegistry,
     keepalive_interval: Option<Duration>,
     keepalive_timeout: Duration,
+}
+
+/// Where a worker's TLS material comes from.
+#[derive(Debug)]
+enum CredentialSource {
+    Pem(ServerCredentials),
+    Files(ServerCredentialFiles),
 }
 
 /// The worker's keepalive by default: a PING every 30 s, 30 s to answer (Wool's worker pings its
@@ -243,9 +173,22 @@ impl WorkerBuilder {
         self
     }
 
-    /// Serve over TLS with these credentials (default: plaintext).
+    /// Serve over TLS with these credentials (default: plaintext). Replaces
+    /// [`credentials_from_files`](Self::credentials_from_files).
     pub fn credentials(mut self, credentials: ServerCredentials) -> Self {
-        self.credentials = Some(credentials);
+        self.credentials = Some(CredentialSource::Pem(credentials));
+        self
+    }
+
+    /// Serve over TLS with the material in these files, read when the worker starts and again
+    /// whenever one of them changes (the directories holding them are watched) or
+    /// [`WorkerHandle::reload_credentials`] is called. New material applies to connections
+    /// accepted from then on; established connections and the work in flight on them carry
+    /// on. Material that fails the checks (a half-written file, a key that does not match its
+    /// certificate, a change between mutual and one-way TLS) is refused with a `tracing`
+    /// warning and the previous material kept. Replaces [`credentials`](Self::credentials).
+    pub fn credentials_from_files(mut self, files: ServerCredentialFiles) -> Self {
+        self.credentials = Some(CredentialSource::Files(files));
         self
     }
 
@@ -274,7 +217,8 @@ impl WorkerBuilder {
     /// Binds the listener and starts serving on the current tokio runtime.
     ///
     /// Errors: [`WorkerError::Bind`] when the address cannot be bound, [`WorkerError::Tls`] when
-    /// the credentials are unusable. The idle clock starts here.
+    /// the credentials are unusable (or their files cannot be read or watched). The idle clock
+    /// starts here.
     pub async fn serve(self) -> Result<WorkerHandle, WorkerError> {
         let state = Arc::new(WorkerState::new(self.routines));
         let accepted = Arc::new(AtomicU64::new(0));
@@ -283,12 +227,13 @@ impl WorkerBuilder {
             .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
             .http2_keepalive_interval(self.keepalive_interval)
             .http2_keepalive_timeout(Some(self.keepalive_timeout));
-        if let Some(credentials) = &self.credentials {
-            credentials.check()?;
-            server = server
-                .tls_config(credentials.tls_config())
-                .map_err(|e| WorkerError::Tls(e.to_string()))?;
-        }
+        let tls = match self.credentials {
+            Some(CredentialSource::Pem(credentials)) => Some(ServerTls::new(credentials, None)?),
+            Some(CredentialSource::Files(files)) => {
+                Some(ServerTls::new(files.read()?, Some(files))?)
+            }
+            None => None,
+        };
         let service = IdleFastPath {
             inner: WorkerServer::new(WorkerService {
                 state: Arc::clone(&state),
@@ -317,26 +262,22 @@ impl WorkerBuilder {
         let (address, unix_path, server_task): (String, Option<BoundSocket>, ServerTask) =
             match &self.listen {
                 ListenAddress::Tcp(spec) => {
-                    let listener = TcpListener::bind(spec.as_str()).await.map_err(|source| {
-                        WorkerError::Bind {
-                            address: spec.clone(),
-                            source,
-                        }
-                    })?;
-                    let local: SocketAddr =
-                        listener.local_addr().map_err(|source| WorkerError::Bind {
-                            address: spec.clone(),
-                            source,
-                        })?;
+                    let bind_error = |source| WorkerError::Bind {
+                        address: spec.clone(),
+                        source,
+                    };
+                    let listener = TcpListener::bind(spec.as_str()).await.map_err(bind_error)?;
+                    let local: SocketAddr = listener.local_addr().map_err(bind_error)?;
                     let incoming = TcpListenerStream::new(listener).map(move |stream| {
                         let stream = stream?;
                         count.fetch_add(1, Ordering::Relaxed);
                         stream.set_nodelay(true)?;
                         Ok::<_, std::io::Error>(stream)
                     });
-                    let task = tokio::spawn(
-                        router.serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned()),
-                    );
+                    let task = match &tls {
+                        Some(tls) => spawn_server(router, tls.accept(incoming), shutdown),
+                        None => spawn_server(router, incoming, shutdown),
+                    };
                     (local.to_string(), None, task)
                 }
                 ListenAddress::Unix(path) => {
@@ -346,20 +287,37 @@ impl WorkerBuilder {
                             address: format!("unix:{}", path.display()),
                             source,
                         })?;
-                    let incoming = UnixListenerStream::new(listener).map(move |stream| {
+                    let incoming = UnixListenerStream::new(listener).inspect(move |_| {
                         count.fetch_add(1, Ordering::Relaxed);
-                        stream.map(authority::LenientAuthority::new)
                     });
-                    let task = tokio::spawn(
-                        router.serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned()),
-                    );
+                    // The `:authority` rewrite reads HTTP/2 frames: inside TLS, when there is one.
+                    let task = match &tls {
+                        Some(tls) => spawn_server(
+                            router,
+                            tls.accept(incoming)
+                                .map(|stream| stream.map(authority::LenientAuthority::new)),
+                            shutdown,
+                        ),
+                        None => spawn_server(
+                            router,
+                            incoming.map(|stream| stream.map(authority::LenientAuthority::new)),
+                            shutdown,
+                        ),
+                    };
                     let bound = file_identity(path).map(|identity| (path.clone(), identity));
                     (format!("unix:{}", path.display()), bound, task)
                 }
             };
+        if let Err(error) = tls
+            .as_ref()
+            .map_or(Ok(()), |tls| tls.watch(state.shutdown.clone()))
+        {
+            state.shutdown.cancel(); // the server just started ends with the error
+            return Err(error);
+        }
         tracing::info!(
             %address,
-            tls = self.credentials.is_some(),
+            tls = tls.is_some(),
             health = health_address.as_deref(),
             metrics = metrics_address.as_deref(),
             "worker listening"
@@ -371,9 +329,27 @@ impl WorkerBuilder {
             unix_path,
             state,
             accepted,
+            tls,
             server: tokio::sync::Mutex::new(Some(server_task)),
         })
     }
+}
+
+/// Serves `router` on `incoming` (connections ready for HTTP/2) until `shutdown`.
+fn spawn_server<IO>(
+    router: tonic::transport::server::Router,
+    incoming: impl futures_util::Stream<Item = std::io::Result<IO>> + Send + 'static,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> ServerTask
+where
+    IO: tokio::io::AsyncRead
+        + tokio::io::AsyncWrite
+        + tonic::transport::server::Connected
+        + Unpin
+        + Send
+        + 'static,
+{
+    tokio::spawn(router.serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned()))
 }
 
 /// The worker's `grpc.health.v1.Health` (tonic-health): SERVING from start-up, for the whole
@@ -515,6 +491,7 @@ pub struct WorkerHandle {
     unix_path: Option<(PathBuf, (u64, u64))>,
     state: Arc<WorkerState>,
     accepted: Arc<AtomicU64>,
+    tls: Option<Arc<ServerTls>>,
     server: tokio::sync::Mutex<Option<JoinHandle<Result<(), tonic::transport::Error>>>>,
 }
 
@@ -552,6 +529,23 @@ impl WorkerHandle {
     /// Number of dispatches in flight now.
     pub fn in_flight(&self) -> u64 {
         self.state.tracker.in_flight()
+    }
+
+    /// Reads the credential files given to
+    /// [`WorkerBuilder::credentials_from_files`] again (as a change to them does; `wool-worker`
+    /// calls this on SIGHUP). New material that passes the checks applies to connections
+    /// accepted from now on; established connections and their in-flight work are untouched.
+    /// Blocks on file reads (small PEM files).
+    ///
+    /// Errors: [`WorkerError::Tls`] when the worker is plaintext or was given PEM rather than
+    /// files, or the new material is refused (logged; the previous material stays in force).
+    pub fn reload_credentials(&self) -> Result<CredentialReload, WorkerError> {
+        match &self.tls {
+            Some(tls) => tls.reload(),
+            None => Err(WorkerError::Tls(
+                "the worker serves plaintext: no credentials to reload".into(),
+            )),
+        }
     }
 
     /// Transport connections accepted so far (TCP or Unix), counted before any TLS handshake.
