@@ -21,10 +21,10 @@
  * wool_version() for the library a program runs against. WOOL_VERSION_NUMBER is
  * MAJOR * 1000000 + MINOR * 1000 + PATCH, for #if comparisons. */
 #define WOOL_VERSION_MAJOR 0
-#define WOOL_VERSION_MINOR 3
+#define WOOL_VERSION_MINOR 4
 #define WOOL_VERSION_PATCH 0
-#define WOOL_VERSION_STRING "0.3.0"
-#define WOOL_VERSION_NUMBER (0 * 1000000 + 3 * 1000 + 0)
+#define WOOL_VERSION_STRING "0.4.0"
+#define WOOL_VERSION_NUMBER (0 * 1000000 + 4 * 1000 + 0)
 
 /**
  * wool_discover / wool_watch_new backend: the shared-memory registry on this host (Wool's
@@ -439,6 +439,23 @@ wool_status wool_credentials_from_pem(const char *ca_pem, const char *key_pem, c
  * Each text must be NULL or NUL-terminated; `out` NULL or writable.
  */
 wool_status wool_credentials_from_files(const char *ca_path, const char *key_path, const char *cert_path, bool mutual, const char *identity, wool_credentials **out);
+
+/**
+ * As wool_credentials_from_files, and the files are read again when they change (as Wool's
+ * `WorkerCredentialsProvider(reloadable=True)`): at most once a second a call looks at them
+ * (`stat`), and when one changed reads them again. Connections made with these credentials
+ * then dial with the new material on their next call; the pooled channel made with the old
+ * material is retired once the calls still running on it end. New material that fails the
+ * checks (a half-written file, a key that does not match its certificate) is refused and the
+ * previous material kept; it is tried again a second later. Mutual or one-way stays as made.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT as wool_credentials_from_files (the files are read and
+ * checked now).
+ *
+ * # Safety
+ * Each text must be NULL or NUL-terminated; `out` NULL or writable.
+ */
+wool_status wool_credentials_from_files_reloadable(const char *ca_path, const char *key_path, const char *cert_path, bool mutual, const char *identity, wool_credentials **out);
 
 /**
  * Releases credentials. NULL is a no-op. Connections made with them keep their own copy.

@@ -460,6 +460,54 @@ fn mutual_tls_with_the_wrong_ca_is_a_handshake_failure() {
     );
 }
 
+/// Given credentials from files that are read again when they change (trusting and presenting
+/// worker A's CA) and a second worker B of another CA, when the files are replaced by B's
+/// material, then within about a second the same connections reach B and refuse A, and a
+/// garbage key written afterwards is refused with the material in force kept.
+#[test]
+fn reloadable_credentials_follow_their_files() {
+    let pki = Pki::generate();
+    let worker_a = mutual_worker(&pki);
+    let worker_b = WorkerProcess::spawn(&[
+        "--tls-ca".into(),
+        path(&pki.other_ca_path).into(),
+        "--tls-cert".into(),
+        path(&pki.other_leaf.cert_path).into(),
+        "--tls-key".into(),
+        path(&pki.other_leaf.key_path).into(),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, from: &std::path::Path| {
+        let to = dir.path().join(name);
+        std::fs::copy(from, &to).unwrap();
+        to.display().to_string()
+    };
+    let client = [
+        file("ca.pem", &pki.ca_path),
+        file("cert.pem", &pki.leaf.cert_path),
+        file("key.pem", &pki.leaf.key_path),
+    ];
+    let next = [
+        file("next-ca.pem", &pki.other_ca_path),
+        file("next-cert.pem", &pki.other_leaf.cert_path),
+        file("next-key.pem", &pki.other_leaf.key_path),
+    ];
+    let out = run_case(
+        "reload",
+        &[
+            &worker_a.address,
+            &worker_b.address,
+            &client[0],
+            &client[1],
+            &client[2],
+            &next[0],
+            &next[1],
+            &next[2],
+        ],
+    );
+    assert!(out.contains("B still answers"), "{out}");
+}
+
 /// Given a mutual-TLS worker, when C sends a plaintext wool_stop, then it is refused and the
 /// worker keeps running: it still answers idle over mutual TLS.
 #[test]

@@ -335,10 +335,8 @@ async fn given_client_cert_from_unrelated_ca_when_polling_mutual_tls_worker_then
     let credentials = pki.client_mutual(&pki.ca_pem, &pki.other_leaf);
     let conn = WorkerConnection::with_credentials(worker.address(), Some(credentials)).unwrap();
     let error = conn.idle(SECOND).await.unwrap_err();
-    assert!(
-        matches!(error.kind(), ErrorKind::Handshake | ErrorKind::Transient),
-        "{error}"
-    );
+    assert_eq!(error.kind(), ErrorKind::Handshake, "{error}");
+    assert!(error.to_string().contains("UnknownCA"), "{error}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -66,8 +66,38 @@ func CredentialsFromPEM(caPEM, keyPEM, certPEM []byte, mutual bool, identity str
 
 // CredentialsFromFiles is CredentialsFromPEM reading the PEM from files: caPath, and for
 // mutual TLS keyPath and certPath ("" when mutual is false). An unreadable file is an
-// ErrInvalidArgument whose message names it.
+// ErrInvalidArgument whose message names it. The files are read once, now; see
+// ReloadableCredentialsFromFiles for files that are rotated.
 func CredentialsFromFiles(caPath, keyPath, certPath string, mutual bool, identity string) (*Credentials, error) {
+	return credentialsFromFiles(caPath, keyPath, certPath, mutual, identity,
+		func(ca, key, cert *C.char, mutual C.bool, name *C.char, out **C.wool_credentials) C.wool_status {
+			return C.wool_credentials_from_files(ca, key, cert, mutual, name, out)
+		})
+}
+
+// ReloadableCredentialsFromFiles is CredentialsFromFiles whose files are read again when they
+// change, as Wool's WorkerCredentialsProvider(reloadable=True): for certificates that are
+// rotated on disk (replace each file whole, by renaming a new file over it). At most once a
+// second a call on a Connection made with them looks at the files (stat), and when one
+// changed reads them all again: the Connection's next calls dial with the new material, and
+// the pooled channel made with the old material is retired once the calls still running on it
+// end. New material that fails the checks (a half-written file, a key that does not match its
+// certificate) is refused and the previous material kept; it is tried again a second later.
+// Mutual or one-way TLS stays as made. The arguments and errors are CredentialsFromFiles'
+// (the files are read and checked now, too).
+func ReloadableCredentialsFromFiles(caPath, keyPath, certPath string, mutual bool, identity string) (*Credentials, error) {
+	return credentialsFromFiles(caPath, keyPath, certPath, mutual, identity,
+		func(ca, key, cert *C.char, mutual C.bool, name *C.char, out **C.wool_credentials) C.wool_status {
+			return C.wool_credentials_from_files_reloadable(ca, key, cert, mutual, name, out)
+		})
+}
+
+// fromFilesFunc is the shape of wool_credentials_from_files and its reloadable sibling.
+type fromFilesFunc func(ca, key, cert *C.char, mutual C.bool, identity *C.char, out **C.wool_credentials) C.wool_status
+
+// credentialsFromFiles checks the arguments of the two file constructors, copies them into C
+// memory and calls make with them.
+func credentialsFromFiles(caPath, keyPath, certPath string, mutual bool, identity string, make fromFilesFunc) (*Credentials, error) {
 	for _, text := range [][2]string{
 		{"CA path", caPath}, {"key path", keyPath}, {"certificate path", certPath}, {"identity", identity},
 	} {
@@ -79,7 +109,7 @@ func CredentialsFromFiles(caPath, keyPath, certPath string, mutual bool, identit
 	key, cert, name := optionalCString(keyPath), optionalCString(certPath), optionalCString(identity)
 	defer freeAll(ca, key, cert, name)
 	return newCredentials(func(out **C.wool_credentials) C.wool_status {
-		return C.wool_credentials_from_files(ca, key, cert, C.bool(mutual), name, out)
+		return make(ca, key, cert, C.bool(mutual), name, out)
 	})
 }
 

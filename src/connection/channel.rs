@@ -12,7 +12,7 @@ use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ use tokio_rustls::rustls::ClientConfig;
 use tokio_rustls::TlsConnector;
 
 use super::error::{Cause, TransportFailure};
-use super::transport::Socket;
+use super::transport::{Socket, TlsSocket};
 use super::Target;
 
 /// What to dial and how: the target, TLS (config and the name to verify), how many calls may
@@ -78,6 +78,9 @@ struct ConnectionState {
     /// Set by the socket of a plaintext connection when the worker's first bytes are a TLS
     /// record: the worker expects TLS.
     peer_spoke_tls: Arc<AtomicBool>,
+    /// For a TLS connection: the TLS failure its socket met after the handshake (the worker
+    /// rejected this client's certificate), if any.
+    tls_failure: Arc<OnceLock<String>>,
     /// Calls between starting their stream and dropping their response (counted only when
     /// keepalive waits for calls: `without_calls` false).
     calls: AtomicUsize,
@@ -101,6 +104,9 @@ impl ConnectionState {
                     timeout.as_secs_f64()
                 ),
             );
+        }
+        if let Some(reason) = self.tls_failure.get() {
+            return tls_rejection(target, reason);
         }
         if self.peer_spoke_tls.load(Ordering::Acquire) {
             return TransportFailure::new(
@@ -132,6 +138,15 @@ impl ConnectionState {
             format!("HTTP/2 with the worker at {target}: {error}"),
         )
     }
+}
+
+/// A TLS failure after the handshake: the worker refused this client (its certificate, most
+/// often: not signed by a CA the worker trusts, or missing).
+fn tls_rejection(target: &str, reason: &str) -> TransportFailure {
+    TransportFailure::new(
+        Cause::Tls,
+        format!("TLS with the worker at {target} failed: {reason}"),
+    )
 }
 
 /// An I/O failure on the way to or with the worker: a TLS failure when rustls reports one
@@ -405,6 +420,7 @@ async fn dial(
 ) -> Result<Open, TransportFailure> {
     let target = config.target.to_string();
     let peer_spoke_tls = Arc::new(AtomicBool::new(false));
+    let tls_failure = Arc::new(OnceLock::new());
     let connect = async {
         let socket = Socket::connect(config.target.clone())
             .await
@@ -418,7 +434,7 @@ async fn dial(
         match &config.tls {
             None => {
                 let socket = socket.sniffing_for_tls(Arc::clone(&peer_spoke_tls));
-                handshake(builder, socket, fd).await
+                handshake(builder, socket, fd, &target, None).await
             }
             Some((tls, name)) => {
                 let socket = TlsConnector::from(Arc::clone(tls))
@@ -434,7 +450,8 @@ async fn dial(
                         ),
                     ));
                 }
-                handshake(builder, socket, fd).await
+                let socket = TlsSocket::new(socket, Arc::clone(&tls_failure));
+                handshake(builder, socket, fd, &target, Some(&tls_failure)).await
             }
         }
     };
@@ -460,6 +477,7 @@ async fn dial(
         ended: AtomicBool::new(false),
         keepalive_expired: AtomicBool::new(false),
         peer_spoke_tls,
+        tls_failure,
         calls: AtomicUsize::new(0),
         pings_without_data: AtomicU32::new(0),
         keepalive: config.keepalive,
@@ -491,10 +509,20 @@ fn tls_handshake_failure(target: &str, error: &std::io::Error) -> TransportFailu
         );
     }
     let failure = io_failure(target, "TLS handshake", error);
+    let corrupt = error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<tokio_rustls::rustls::Error>())
+        .is_some_and(|tls| matches!(tls, tokio_rustls::rustls::Error::InvalidMessage(_)));
     if failure.cause == Cause::Tls {
+        let hint = if corrupt {
+            " (a plaintext worker answers TLS with HTTP/2 bytes, which TLS reads as a corrupt \
+             message)"
+        } else {
+            ""
+        };
         TransportFailure::new(
             Cause::Tls,
-            format!("TLS handshake with {target} failed: {error} (a plaintext worker answers TLS with HTTP/2 bytes, which TLS reads as a corrupt message)"),
+            format!("TLS handshake with {target} failed: {error}{hint}"),
         )
     } else {
         failure
@@ -516,12 +544,19 @@ async fn handshake<T>(
     builder: h2::client::Builder,
     io: T,
     fd: RawFd,
+    target: &str,
+    tls_failure: Option<&OnceLock<String>>,
 ) -> Result<Handshaken, TransportFailure>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (send, mut connection) = builder.handshake::<T, Bytes>(io).await.map_err(|e| {
-        TransportFailure::new(Cause::Unreachable, format!("HTTP/2 handshake failed: {e}"))
+        match tls_failure.and_then(OnceLock::get) {
+            Some(reason) => tls_rejection(target, reason),
+            None => {
+                TransportFailure::new(Cause::Unreachable, format!("HTTP/2 handshake failed: {e}"))
+            }
+        }
     })?;
     let ping_pong = connection.ping_pong();
     Ok(Handshaken {

@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
@@ -189,6 +189,86 @@ impl AsyncWrite for Socket {
             Stream::Tcp(stream) => Pin::new(stream).poll_shutdown(cx),
             Stream::Unix(stream) => Pin::new(stream).poll_shutdown(cx),
         }
+    }
+}
+
+/// A client TLS stream that keeps the first TLS failure it meets after the handshake. Under
+/// TLS 1.3 a worker that rejects this client's certificate says so with an alert after the
+/// client's side of the handshake is done, so it surfaces on a later read; h2 turns I/O errors
+/// into text, and the rustls error (what tells a TLS failure from a broken connection) would
+/// be lost on the way.
+pub(crate) struct TlsSocket {
+    inner: tokio_rustls::client::TlsStream<Socket>,
+    failure: Arc<OnceLock<String>>,
+}
+
+impl TlsSocket {
+    /// Wraps `inner`, recording into `failure`.
+    pub(crate) fn new(
+        inner: tokio_rustls::client::TlsStream<Socket>,
+        failure: Arc<OnceLock<String>>,
+    ) -> Self {
+        Self { inner, failure }
+    }
+
+    fn note<T>(&self, result: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if let Poll::Ready(Err(error)) = &result {
+            let tls = error
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<tokio_rustls::rustls::Error>());
+            if let Some(tls) = tls {
+                let _ = self.failure.set(tls.to_string());
+            }
+        }
+        result
+    }
+}
+
+impl AsyncRead for TlsSocket {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_read(cx, buf);
+        this.note(result)
+    }
+}
+
+impl AsyncWrite for TlsSocket {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.note(result)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.note(result)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_flush(cx);
+        this.note(result)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 

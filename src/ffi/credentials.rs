@@ -1,5 +1,5 @@
 //! `wool_credentials`: `wool_credentials_from_pem`, `wool_credentials_from_files`,
-//! `wool_credentials_free`.
+//! `wool_credentials_from_files_reloadable`, `wool_credentials_free`.
 
 use std::ffi::c_char;
 use std::path::Path;
@@ -124,18 +124,87 @@ pub unsafe extern "C" fn wool_credentials_from_files(
     identity: *const c_char,
     out: *mut *mut wool_credentials,
 ) -> wool_status {
-    ffi_panic_boundary!("wool_credentials_from_files", {
+    // SAFETY: the caller's contract above.
+    unsafe {
+        credentials_from_files(
+            "wool_credentials_from_files",
+            WorkerCredentials::from_files,
+            [ca_path, key_path, cert_path],
+            mutual,
+            identity,
+            out,
+        )
+    }
+}
+
+/// As wool_credentials_from_files, and the files are read again when they change (as Wool's
+/// `WorkerCredentialsProvider(reloadable=True)`): at most once a second a call looks at them
+/// (`stat`), and when one changed reads them again. Connections made with these credentials
+/// then dial with the new material on their next call; the pooled channel made with the old
+/// material is retired once the calls still running on it end. New material that fails the
+/// checks (a half-written file, a key that does not match its certificate) is refused and the
+/// previous material kept; it is tried again a second later. Mutual or one-way stays as made.
+///
+/// Returns WOOL_STATUS_INVALID_ARGUMENT as wool_credentials_from_files (the files are read and
+/// checked now).
+///
+/// # Safety
+/// Each text must be NULL or NUL-terminated; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn wool_credentials_from_files_reloadable(
+    ca_path: *const c_char,
+    key_path: *const c_char,
+    cert_path: *const c_char,
+    mutual: bool,
+    identity: *const c_char,
+    out: *mut *mut wool_credentials,
+) -> wool_status {
+    // SAFETY: the caller's contract above.
+    unsafe {
+        credentials_from_files(
+            "wool_credentials_from_files_reloadable",
+            WorkerCredentials::from_files_reloadable,
+            [ca_path, key_path, cert_path],
+            mutual,
+            identity,
+            out,
+        )
+    }
+}
+
+/// The signature of [`WorkerCredentials::from_files`] and its reloadable sibling.
+type FromFiles = fn(
+    &Path,
+    Option<&Path>,
+    Option<&Path>,
+    bool,
+    Option<&str>,
+) -> Result<WorkerCredentials, crate::connection::Error>;
+
+/// What both file constructors do, `make` telling fixed from reloadable.
+///
+/// # Safety
+/// As wool_credentials_from_files.
+unsafe fn credentials_from_files(
+    function: &'static str,
+    make: FromFiles,
+    paths: [*const c_char; 3],
+    mutual: bool,
+    identity: *const c_char,
+    out: *mut *mut wool_credentials,
+) -> wool_status {
+    ffi_panic_boundary!(function, {
         // SAFETY: the caller's contract above.
         let texts = unsafe {
             CredentialTexts::read(
-                [ca_path, key_path, cert_path],
+                paths,
                 ["ca_path", "key_path", "cert_path"],
                 mutual,
                 identity,
             )
         }?;
         let out = unsafe { try_mut(out, "out") }?;
-        let inner = WorkerCredentials::from_files(
+        let inner = make(
             Path::new(texts.ca),
             texts.key.map(Path::new),
             texts.cert.map(Path::new),

@@ -60,7 +60,7 @@ pub use status::{wool_status, wool_status_name};
 /// function's C return value by [`Boundary`], chosen by that return type. A body of a function
 /// returning [`wool_status`] is a `Result<(), Error>`, so `?` works inside it.
 macro_rules! ffi_panic_boundary {
-    ($function:literal, $body:block) => {
+    ($function:expr, $body:block) => {
         $crate::ffi::run_boundary($function, || $body)
     };
 }

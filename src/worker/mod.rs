@@ -185,7 +185,7 @@ impl WorkerBuilder {
     /// [`WorkerHandle::reload_credentials`] is called. New material applies to connections
     /// accepted from then on; established connections and the work in flight on them carry
     /// on. Material that fails the checks (a half-written file, a key that does not match its
-    /// certificate, a change between mutual and one-way TLS) is refused with a `tracing`
+    /// certificate) is refused with a `tracing`
     /// warning and the previous material kept. Replaces [`credentials`](Self::credentials).
     pub fn credentials_from_files(mut self, files: ServerCredentialFiles) -> Self {
         self.credentials = Some(CredentialSource::Files(files));

@@ -186,8 +186,7 @@ impl ServerTls {
         }))
     }
 
-    /// Reads the files again and, when they hold new material that passes the checks and
-    /// keeps the TLS mode (mutual or one-way), serves it to connections accepted from now on.
+    /// Reads the files again and, when they hold new material that passes the checks, serves it to connections accepted from now on.
     /// Material that fails is refused with a log line; the previous material stays in force.
     ///
     /// Errors: [`WorkerError::Tls`] when the credentials were not given as files, or the new
@@ -210,11 +209,6 @@ impl ServerTls {
         let fresh = files.read().map_err(refuse)?;
         if fresh == *material {
             return Ok(CredentialReload::Unchanged);
-        }
-        if fresh.is_mutual() != material.is_mutual() {
-            return Err(refuse(WorkerError::Tls(
-                "the TLS mode (mutual or one-way) cannot change while the worker runs".into(),
-            )));
         }
         let config = fresh.server_config().map_err(refuse)?;
         self.config.store(Arc::new(config));

@@ -1195,6 +1195,71 @@ static int case_retire(int argc, char **argv) {
     return 0;
 }
 
+/*
+ * reload WORKER_A WORKER_B CA CERT KEY NEXT_CA NEXT_CERT NEXT_KEY: credentials from files that
+ * are read again when they change. CA/CERT/KEY (the client's files) trust and present worker A's
+ * CA, NEXT_* worker B's. Polls A; the files are replaced (rename, as rotations do) by NEXT_*;
+ * within about a second the same connections poll B and refuse A (whose CA is no longer
+ * trusted); then a garbage key file is refused and the material in force kept.
+ */
+static int case_reload(int argc, char **argv) {
+    CHECK(argc == 8);
+    const char *worker_a = argv[0], *worker_b = argv[1];
+    const char *ca = argv[2], *cert = argv[3], *key = argv[4];
+    const char *next_ca = argv[5], *next_cert = argv[6], *next_key = argv[7];
+    wool_credentials *credentials = NULL;
+    double seconds = -1.0;
+
+    EXPECT_INVALID(wool_credentials_from_files_reloadable(NULL, key, cert, true, NULL, &credentials),
+                   "ca_path");
+    EXPECT_INVALID(wool_credentials_from_files_reloadable(ca, NULL, cert, true, NULL, &credentials),
+                   "key_path");
+    EXPECT_INVALID(wool_credentials_from_files_reloadable(ca, key, cert, true, NULL, NULL), "out");
+    EXPECT_INVALID(wool_credentials_from_files_reloadable("/nonexistent/ca.pem", key, cert, true,
+                                                          NULL, &credentials),
+                   "/nonexistent/ca.pem");
+    EXPECT_INVALID(wool_credentials_from_files_reloadable(ca, key, cert, true, "not a name!",
+                                                          &credentials),
+                   "identity");
+    CHECK(credentials == NULL);
+
+    CHECK_STATUS(wool_credentials_from_files_reloadable(ca, key, cert, true, NULL, &credentials),
+                 WOOL_STATUS_OK);
+    wool_connection *to_a = NULL, *to_b = NULL;
+    CHECK_STATUS(wool_connect(worker_a, credentials, &to_a), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_connect(worker_b, credentials, &to_b), WOOL_STATUS_OK);
+    wool_credentials_free(credentials); /* the connections keep their own copy */
+    CHECK_STATUS(wool_idle(to_a, 10.0, &seconds), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_idle(to_b, 10.0, &seconds), WOOL_STATUS_HANDSHAKE);
+
+    CHECK(rename(next_ca, ca) == 0);
+    CHECK(rename(next_cert, cert) == 0);
+    CHECK(rename(next_key, key) == 0);
+    double rotated = now(), took = 0.0;
+    wool_status status;
+    while ((status = wool_idle(to_b, 10.0, &seconds)) != WOOL_STATUS_OK) {
+        CHECK(status == WOOL_STATUS_HANDSHAKE);
+        took = now() - rotated;
+        CHECK(took < 5.0);
+        sleep_seconds(0.05);
+    }
+    took = now() - rotated;
+    CHECK_STATUS(wool_idle(to_a, 10.0, &seconds), WOOL_STATUS_HANDSHAKE);
+    printf("reload: B answered %.2f s after the files were replaced; A refused: %s\n", took,
+           last_error());
+
+    FILE *garbage = fopen(key, "w");
+    CHECK(garbage != NULL);
+    fputs("not a key\n", garbage);
+    fclose(garbage);
+    sleep_seconds(1.2);
+    for (int i = 0; i < 5; i++) CHECK_STATUS(wool_idle(to_b, 10.0, &seconds), WOOL_STATUS_OK);
+    printf("reload: a garbage key file was refused; B still answers\n");
+    wool_free(to_a);
+    wool_free(to_b);
+    return 0;
+}
+
 struct named_case {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -1229,6 +1294,7 @@ static const struct named_case cases[] = {
     {"discover", case_discover},
     {"watch", case_watch},
     {"retire", case_retire},
+    {"reload", case_reload},
 };
 
 int main(int argc, char **argv) {

@@ -38,7 +38,7 @@ pub struct Pki {
     pub other_leaf: Leaf,
 }
 
-fn new_ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
+pub fn new_ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
     let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params.distinguished_name.push(DnType::CommonName, name);
@@ -50,11 +50,11 @@ fn new_ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
     CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
 }
 
-fn new_leaf(ca: &CertifiedIssuer<'static, KeyPair>, dir: &Path, stem: &str) -> Leaf {
+pub fn new_leaf(ca: &CertifiedIssuer<'static, KeyPair>, dir: &Path, stem: &str) -> Leaf {
     new_leaf_for(ca, dir, stem, &["127.0.0.1", "localhost"])
 }
 
-fn new_leaf_for(
+pub fn new_leaf_for(
     ca: &CertifiedIssuer<'static, KeyPair>,
     dir: &Path,
     stem: &str,
@@ -169,14 +169,36 @@ pub fn wool_worker_bin() -> PathBuf {
 impl WorkerProcess {
     /// Starts `wool-worker` with `args` and reads its address from the first stdout line.
     pub fn spawn(args: &[String]) -> Self {
+        // Only warnings: the workers' start and stop lines would drown the test output.
+        Self::start(args, "warn", Stdio::inherit())
+    }
+
+    /// As [`spawn`](Self::spawn), logging at `level`; the lines the worker logs (stderr), as
+    /// they come (also echoed to the test's stderr).
+    pub fn spawn_logging(
+        args: &[String],
+        level: &str,
+    ) -> (Self, std::sync::mpsc::Receiver<String>) {
+        let mut worker = Self::start(args, level, Stdio::piped());
+        let (lines, log) = std::sync::mpsc::channel();
+        let stderr = BufReader::new(worker.child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                eprintln!("{line}");
+                let _ = lines.send(line);
+            }
+        });
+        (worker, log)
+    }
+
+    fn start(args: &[String], log_level: &str, stderr: Stdio) -> Self {
         let started = Instant::now();
         let mut child = Command::new(wool_worker_bin())
             .args(args)
-            // Only warnings: the workers' start and stop lines would drown the test output.
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", log_level)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("spawn wool-worker");
         let mut line = String::new();
@@ -234,6 +256,31 @@ impl Drop for WorkerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Waits up to `limit` for a line of `log` containing `want`; the line.
+pub fn expect_log_line(
+    log: &std::sync::mpsc::Receiver<String>,
+    want: &str,
+    limit: Duration,
+) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match log.recv_timeout(left) {
+            Ok(line) if line.contains(want) => return line,
+            Ok(_) => continue,
+            Err(_) => panic!("no log line containing {want:?} within {limit:?}"),
+        }
+    }
+}
+
+/// Replaces the file at `path` with `contents` as rotations do: written beside it, then
+/// renamed over it (readers see the old file or the new one, never half of one).
+pub fn replace_file(path: &Path, contents: &str) {
+    let staged = path.with_extension("staged");
+    std::fs::write(&staged, contents).unwrap();
+    std::fs::rename(&staged, path).unwrap();
 }
 
 /// A free TCP port on 127.0.0.1 with nothing listening on it (bound, then released).

@@ -364,13 +364,15 @@ class WorkerCredentials:
     """TLS credentials for reaching TLS workers, like ``wool.WorkerCredentials``: the CA the
     worker's certificate must chain to and, for mutual TLS, this client's key and certificate.
 
-    Make them with `from_pem` or `from_files`; the PEM is checked there, so bad PEM fails at
-    once with `ValueError`. A `WorkerConnection` keeps its own copy; the native credentials
-    are released when this object is garbage-collected.
+    Make them with `from_pem` or `from_files` (``reloadable=True`` for files that are
+    rotated: read again when they change); the PEM is checked there, so bad PEM fails at
+    once with `ValueError`. A `WorkerConnection` keeps its own copy (of reloadable
+    credentials: one that reads the same files); the native credentials are released when
+    this object is garbage-collected.
     """
 
     def __init__(self, library: Library, handle: _ffi.CredentialsPtr, mutual: bool,
-                 identity: str | None):
+                 identity: str | None, reloadable: bool = False):
         """Internal: use `from_pem` or `from_files`."""
         self._library = library
         self._handle = handle
@@ -378,6 +380,8 @@ class WorkerCredentials:
         self.mutual = mutual
         #: The name the worker's certificate is verified against instead of the dialed host.
         self.identity = identity
+        #: True when the files are read again when they change (``from_files(reloadable=True)``).
+        self.reloadable = reloadable
 
     @classmethod
     def from_pem(
@@ -421,34 +425,50 @@ class WorkerCredentials:
         cert_path: str | os.PathLike[str] | None = None,
         mutual: bool = True,
         identity: str | None = None,
+        *,
+        reloadable: bool = False,
     ) -> WorkerCredentials:
         """As `from_pem`, reading the PEM from files (``ca_path``, and for mutual TLS
         ``key_path`` and ``cert_path``: key before cert, as in Wool).
 
+        :param reloadable: False = the files are read once, now. True = they are read again
+            when they change, as with Wool's ``WorkerCredentialsProvider(reloadable=True)``:
+            for certificates rotated on disk (replace each file whole, by renaming a new file
+            over it). At most once a second a call on a connection made with them looks at
+            the files (``stat``), and when one changed reads them all again; the connection's
+            next calls dial with the new material, and the pooled channel made with the old
+            material is retired once the calls still running on it end. New material that
+            fails the checks (a half-written file, a key that does not match its certificate)
+            is refused and the previous material kept; it is tried again a second later.
+            Mutual or one-way TLS stays as made.
         :raises ValueError: as `from_pem`, and when a file cannot be read (libwool's message
-            names it).
+            names it); the files are read and checked now, reloadable or not.
         :raises TypeError: a path that is not str, bytes or os.PathLike.
         """
         library = _ffi.default()
+        reloadable = bool(reloadable)
         return cls._make(
             library,
-            library.wool_credentials_from_files,
+            library.wool_credentials_from_files_reloadable if reloadable
+            else library.wool_credentials_from_files,
             _c_path(ca_path, "ca_path"),
             _c_path(key_path, "key_path"),
             _c_path(cert_path, "cert_path"),
             mutual,
             identity,
+            reloadable,
         )
 
     @classmethod
-    def _make(cls, library, make, ca, key, cert, mutual, identity) -> WorkerCredentials:
+    def _make(cls, library, make, ca, key, cert, mutual, identity,
+              reloadable=False) -> WorkerCredentials:
         mutual = bool(mutual)
         if identity is not None and not isinstance(identity, str):
             raise TypeError(f"identity must be str or None, not {type(identity).__name__}")
         handle = _ffi.CredentialsPtr()
         status = make(ca, key, cert, mutual, _c_text(identity, "identity"), ctypes.byref(handle))
         _check(library, status)
-        return cls(library, handle, mutual, identity)
+        return cls(library, handle, mutual, identity, reloadable)
 
     def __del__(self) -> None:
         # No call can be using the handle now: wool_connect runs while a WorkerConnection
@@ -461,6 +481,7 @@ class WorkerCredentials:
     def __repr__(self) -> str:
         kind = "mutual TLS" if self.mutual else "one-way TLS"
         extra = f", identity={self.identity!r}" if self.identity else ""
+        extra += ", reloadable" if self.reloadable else ""
         return f"<WorkerCredentials {kind}{extra}>"
 
 

@@ -170,6 +170,17 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
             ctypes.POINTER(CredentialsPtr),
         ],
     ),
+    "wool_credentials_from_files_reloadable": (
+        _wool_status,
+        [
+            ctypes.c_char_p,  # ca_path
+            ctypes.c_char_p,  # key_path
+            ctypes.c_char_p,  # cert_path
+            ctypes.c_bool,  # mutual
+            ctypes.c_char_p,  # identity
+            ctypes.POINTER(CredentialsPtr),
+        ],
+    ),
     "wool_credentials_free": (None, [CredentialsPtr]),
     "wool_last_error": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_size_t]),
     "wool_last_rpc_code": (ctypes.c_int32, []),

@@ -146,18 +146,30 @@ def spawn_wool(spawn) -> Callable[..., Process]:
     return start
 
 
+def _make_certs(tmp_path_factory, name: str) -> Path:
+    """Run tests/interop/make-test-certs.sh into a new temporary directory named after `name`."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is needed to make test certificates")
+    out = tmp_path_factory.mktemp(name)
+    subprocess.run(
+        [INTEROP / "make-test-certs.sh", out], check=True, capture_output=True, timeout=60
+    )
+    return out
+
+
 @pytest.fixture(scope="session")
 def certs(tmp_path_factory) -> Path:
     """Throwaway PKI made by tests/interop/make-test-certs.sh in a temporary directory
     (never in the repository): ca, worker (SANs 127.0.0.1, ::1, localhost), client, and a
     rogue-ca with a rogue leaf nobody trusts."""
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make test certificates")
-    out = tmp_path_factory.mktemp("certs")
-    subprocess.run(
-        [INTEROP / "make-test-certs.sh", out], check=True, capture_output=True, timeout=60
-    )
-    return out
+    return _make_certs(tmp_path_factory, "certs")
+
+
+@pytest.fixture(scope="session")
+def next_certs(tmp_path_factory) -> Path:
+    """A second PKI of the same shape as `certs` and unrelated to it (its own CA key; the
+    script gives both CAs the same subject name): what a CA rotation moves to."""
+    return _make_certs(tmp_path_factory, "next-certs")
 
 
 @pytest.fixture

@@ -38,16 +38,39 @@ type PKI struct {
 func NewPKI(t testing.TB) *PKI {
 	t.Helper()
 	dir := t.TempDir()
-	ca, caKey, caPEM := newCA(t, "wool-test-ca")
-	other, otherKey, otherPEM := newCA(t, "unrelated-ca")
+	ca, other := NewCA(t, "wool-test-ca"), NewCA(t, "unrelated-ca")
 	return &PKI{
-		CAPEM:       caPEM,
-		CAPath:      writeFile(t, dir, "ca.pem", caPEM),
-		Leaf:        newLeaf(t, ca, caKey, dir, "worker"),
-		OtherCAPEM:  otherPEM,
-		OtherCAPath: writeFile(t, dir, "other-ca.pem", otherPEM),
-		OtherLeaf:   newLeaf(t, other, otherKey, dir, "other"),
+		CAPEM:       ca.PEM,
+		CAPath:      writeFile(t, dir, "ca.pem", ca.PEM),
+		Leaf:        ca.NewLeaf(t, dir, "worker"),
+		OtherCAPEM:  other.PEM,
+		OtherCAPath: writeFile(t, dir, "other-ca.pem", other.PEM),
+		OtherLeaf:   other.NewLeaf(t, dir, "other"),
 	}
+}
+
+// CA is a throwaway certificate authority that signs leaves on demand (for tests that need
+// several leaves of one CA, or several CAs, as a certificate rotation does).
+type CA struct {
+	// PEM is the CA's certificate.
+	PEM  []byte
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+// NewCA generates a CA whose certificate's common name is name.
+func NewCA(t testing.TB, name string) *CA {
+	t.Helper()
+	cert, key, certPEM := newCA(t, name)
+	return &CA{PEM: certPEM, cert: cert, key: key}
+}
+
+// NewLeaf signs a new leaf of the PKI's shape (server and client authentication, the
+// subject-alternative names 127.0.0.1 and localhost), its files STEM-cert.pem and
+// STEM-key.pem written in dir.
+func (ca *CA) NewLeaf(t testing.TB, dir, stem string) Leaf {
+	t.Helper()
+	return newLeaf(t, ca.cert, ca.key, dir, stem)
 }
 
 // MutualArgs are wool-worker's flags for mutual TLS with this PKI's CA and leaf.

@@ -1,0 +1,405 @@
+//! Rotating credentials while polls run: a CA and both sides' leaf certificates replaced
+//! mid-run on a worker serving from files and a client reading reloadable credentials; the
+//! worker's reload on file change and SIGHUP; bad new material refused.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{
+    expect_log_line, new_ca, new_leaf, new_leaf_for, port_of, replace_file, worker_side_sockets,
+    Leaf, WorkerProcess, TCP_ESTABLISHED,
+};
+use wool::connection::ChannelOptions;
+use wool::worker::{CredentialReload, RoutineRegistry, ServerCredentialFiles, Worker};
+use wool::{ErrorKind, WorkerConnection, WorkerCredentials};
+
+/// One side's credential files (the CA it trusts, its certificate and key), in a directory of
+/// their own.
+struct Files {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl Files {
+    fn write(dir: &Path, ca_pem: &str, leaf: &Leaf) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
+        let files = Self {
+            ca: dir.join("ca.pem"),
+            cert: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+        };
+        std::fs::write(&files.ca, ca_pem).unwrap();
+        std::fs::write(&files.cert, &leaf.cert_pem).unwrap();
+        std::fs::write(&files.key, &leaf.key_pem).unwrap();
+        files
+    }
+
+    fn rotate_leaf(&self, leaf: &Leaf) {
+        replace_file(&self.cert, &leaf.cert_pem);
+        replace_file(&self.key, &leaf.key_pem);
+    }
+
+    fn reloadable(&self) -> WorkerCredentials {
+        WorkerCredentials::from_files_reloadable(
+            &self.ca,
+            Some(&self.key),
+            Some(&self.cert),
+            true,
+            None,
+        )
+        .unwrap()
+    }
+
+    fn server(&self) -> ServerCredentialFiles {
+        ServerCredentialFiles {
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            client_ca: Some(self.ca.clone()),
+        }
+    }
+}
+
+fn fixed(ca_pem: &str, leaf: &Leaf) -> WorkerCredentials {
+    WorkerCredentials::from_pem(
+        ca_pem.as_bytes(),
+        Some(leaf.key_pem.as_bytes()),
+        Some(leaf.cert_pem.as_bytes()),
+        true,
+        None,
+    )
+    .unwrap()
+}
+
+/// A connection that shares no pooled channel with any other (its options are its own), so
+/// its first call dials and handshakes anew.
+fn fresh_connection(address: &str, credentials: WorkerCredentials) -> WorkerConnection {
+    static UNIQUE: AtomicUsize = AtomicUsize::new(0);
+    let mut options = ChannelOptions::default();
+    options.max_receive_message_bytes -= 1 + UNIQUE.fetch_add(1, Ordering::Relaxed);
+    WorkerConnection::with_options(address, Some(credentials), options).unwrap()
+}
+
+/// Polls `connection` every 10 ms until `stop`; (polls answered, failures with messages).
+fn poll_until(
+    connection: Arc<WorkerConnection>,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<(usize, Vec<String>)> {
+    tokio::spawn(async move {
+        let (mut answered, mut failures) = (0, Vec::new());
+        while !stop.load(Ordering::Relaxed) {
+            match connection.idle(Some(Duration::from_secs(5))).await {
+                Ok(_) => answered += 1,
+                Err(error) => failures.push(error.to_string()),
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        (answered, failures)
+    })
+}
+
+/// ESTABLISHED connections the worker listening on `port` has now.
+fn established(port: u16) -> usize {
+    worker_side_sockets(port)
+        .iter()
+        .filter(|(_, state)| *state == TCP_ESTABLISHED)
+        .count()
+}
+
+/// Given a worker serving mutual TLS from files and a client reading reloadable credentials,
+/// when the CA is rotated (both trust old + new, then both leaves are replaced by the new CA's,
+/// then the old CA is dropped), then not one poll fails, neither on the rotating client nor on
+/// a connection made before the rotation with the old material (its TLS session carries on),
+/// a task dispatched before the rotation finishes after it, the rotating client's superseded
+/// channels close once they are unused, and the old CA is no longer accepted either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotating_the_ca_and_both_leaves_mid_run_fails_no_poll() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old_ca, new_ca_issuer) = (new_ca("old-ca"), new_ca("new-ca"));
+    let (old_ca_pem, new_ca_pem) = (old_ca.pem(), new_ca_issuer.pem());
+    let both = format!("{old_ca_pem}{new_ca_pem}");
+    let old_worker = new_leaf(&old_ca, dir.path(), "old-worker");
+    let old_client = new_leaf(&old_ca, dir.path(), "old-client");
+    let new_worker = new_leaf(&new_ca_issuer, dir.path(), "new-worker");
+    let new_client = new_leaf(&new_ca_issuer, dir.path(), "new-client");
+    let worker_files = Files::write(&dir.path().join("worker"), &old_ca_pem, &old_worker);
+    let client_files = Files::write(&dir.path().join("client"), &old_ca_pem, &old_client);
+
+    let worker = Worker::builder()
+        .credentials_from_files(worker_files.server())
+        .routines(RoutineRegistry::default().with_reference_routines())
+        .serve()
+        .await
+        .unwrap();
+    let address = worker.address().to_owned();
+    let rotating = Arc::new(
+        WorkerConnection::with_credentials(&address, Some(client_files.reloadable())).unwrap(),
+    );
+    let steady = Arc::new(fresh_connection(&address, fixed(&old_ca_pem, &old_client)));
+    steady.idle(Some(Duration::from_secs(5))).await.unwrap();
+    let in_flight = {
+        let steady = Arc::clone(&steady);
+        tokio::spawn(async move {
+            steady
+                .dispatch("sleep", b"4.0".to_vec(), Some(Duration::from_secs(30)))
+                .await
+        })
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let pollers = [
+        poll_until(Arc::clone(&rotating), Arc::clone(&stop)),
+        poll_until(Arc::clone(&steady), Arc::clone(&stop)),
+    ];
+    let phase = Duration::from_millis(1300);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Both sides trust both CAs.
+    replace_file(&worker_files.ca, &both);
+    replace_file(&client_files.ca, &both);
+    tokio::time::sleep(phase).await;
+    // Both leaves from the new CA.
+    worker_files.rotate_leaf(&new_worker);
+    client_files.rotate_leaf(&new_client);
+    tokio::time::sleep(phase).await;
+    // The old CA gone on both sides.
+    replace_file(&worker_files.ca, &new_ca_pem);
+    replace_file(&client_files.ca, &new_ca_pem);
+    tokio::time::sleep(phase).await;
+    stop.store(true, Ordering::Relaxed);
+    for (poller, name) in pollers.into_iter().zip(["rotating", "steady"]) {
+        let (answered, failures) = poller.await.unwrap();
+        assert!(
+            failures.is_empty(),
+            "{name}: {} polls failed: {failures:?}",
+            failures.len()
+        );
+        assert!(answered > 100, "{name}: only {answered} polls answered");
+        eprintln!("{name}: {answered} polls answered, none failed");
+    }
+    assert_eq!(in_flight.await.unwrap().unwrap(), b"4.0");
+    // The rotating client dialed anew for each change of its material; the connections made
+    // with superseded material closed: the worker keeps the steady one and the current one.
+    let port = port_of(&address);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while established(port) != 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(established(port), 2, "{:?}", worker_side_sockets(port));
+    assert!(
+        worker.accepted_connections() >= 4,
+        "the rotating client never dialed anew"
+    );
+    // The worker no longer accepts a certificate of the old CA.
+    let old_leaf_now = fresh_connection(&address, fixed(&both, &old_client));
+    let refused = old_leaf_now
+        .idle(Some(Duration::from_secs(5)))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::Handshake, "{refused}");
+    // A client trusting only the old CA refuses the worker's new certificate.
+    let old_trust = fresh_connection(&address, fixed(&old_ca_pem, &new_client));
+    let refused = old_trust
+        .idle(Some(Duration::from_secs(5)))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::Handshake, "{refused}");
+    // New material, new connection: accepted.
+    let new_now = fresh_connection(&address, fixed(&new_ca_pem, &new_client));
+    new_now.idle(Some(Duration::from_secs(5))).await.unwrap();
+}
+
+/// Given a worker serving from files, when a file turns to garbage or the key stops matching
+/// the certificate, then reload_credentials refuses it (the worker keeps serving its material
+/// to new connections); good new material is taken, and reading unchanged files says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_refuses_bad_new_material_and_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = new_ca("ca");
+    let ca_pem = ca.pem();
+    let first = new_leaf(&ca, dir.path(), "first");
+    let renamed = new_leaf_for(&ca, dir.path(), "renamed", &["rotated.test"]);
+    let other = new_leaf(&ca, dir.path(), "other");
+    let client = new_leaf(&ca, dir.path(), "client");
+    let files = Files::write(&dir.path().join("worker"), &ca_pem, &first);
+    let worker = Worker::builder()
+        .credentials_from_files(files.server())
+        .serve()
+        .await
+        .unwrap();
+    let address = worker.address().to_owned();
+    let poll = |identity: Option<&str>| {
+        let mut credentials = fixed(&ca_pem, &client);
+        if let Some(identity) = identity {
+            credentials = credentials.with_identity(identity).unwrap();
+        }
+        let connection = fresh_connection(&address, credentials);
+        async move { connection.idle(Some(Duration::from_secs(5))).await }
+    };
+    poll(None).await.unwrap();
+    assert_eq!(
+        worker.reload_credentials().unwrap(),
+        CredentialReload::Unchanged
+    );
+
+    replace_file(&files.key, "not a key\n");
+    let refused = worker.reload_credentials().unwrap_err();
+    assert!(refused.to_string().contains("private key"), "{refused}");
+    poll(None).await.unwrap();
+    replace_file(&files.key, &other.key_pem); // a key, but not the certificate's
+    let refused = worker.reload_credentials().unwrap_err();
+    assert!(
+        refused.to_string().contains("worker certificate or key"),
+        "{refused}"
+    );
+    poll(None).await.unwrap();
+    std::fs::remove_file(&files.ca).unwrap();
+    let refused = worker.reload_credentials().unwrap_err();
+    assert!(refused.to_string().contains("ca.pem"), "{refused}");
+    poll(None).await.unwrap();
+    std::fs::write(&files.ca, &ca_pem).unwrap();
+
+    // Good material (a certificate valid only for rotated.test): the watcher or this call
+    // takes it, whichever reads the files first.
+    files.rotate_leaf(&renamed);
+    let taken = worker.reload_credentials().unwrap();
+    assert!(matches!(
+        taken,
+        CredentialReload::Reloaded | CredentialReload::Unchanged
+    ));
+    assert_eq!(
+        worker.reload_credentials().unwrap(),
+        CredentialReload::Unchanged
+    );
+    poll(Some("rotated.test")).await.unwrap();
+    let old_name = poll(None).await.unwrap_err();
+    assert_eq!(old_name.kind(), ErrorKind::Handshake, "{old_name}");
+}
+
+/// Given reloadable client credentials, when their files turn bad (garbage, a key that does not
+/// match, a missing file), then the connection keeps its material and its polls keep working;
+/// made from files that are missing or bad, they fail at once, naming the problem.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloadable_client_credentials_keep_their_material_when_the_files_go_bad() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = new_ca("ca");
+    let ca_pem = ca.pem();
+    let worker_leaf = new_leaf(&ca, dir.path(), "worker");
+    let client_leaf = new_leaf(&ca, dir.path(), "client");
+    let other = new_leaf(&ca, dir.path(), "other");
+    let worker_files = Files::write(&dir.path().join("worker"), &ca_pem, &worker_leaf);
+    let client_files = Files::write(&dir.path().join("client"), &ca_pem, &client_leaf);
+    let worker = Worker::builder()
+        .credentials_from_files(worker_files.server())
+        .serve()
+        .await
+        .unwrap();
+    let credentials = client_files.reloadable();
+    assert!(credentials.is_reloadable() && credentials.is_mutual());
+    assert_eq!(credentials, credentials.clone());
+    assert_ne!(credentials, client_files.reloadable(), "distinct file sets");
+    let connection =
+        WorkerConnection::with_credentials(worker.address(), Some(credentials)).unwrap();
+    connection.idle(Some(Duration::from_secs(5))).await.unwrap();
+    for bad in [
+        (&client_files.ca, "garbage\n".to_owned()),
+        (&client_files.key, other.key_pem.clone()),
+    ] {
+        let good = std::fs::read_to_string(bad.0).unwrap();
+        replace_file(bad.0, &bad.1);
+        let until = Instant::now() + Duration::from_millis(1500);
+        while Instant::now() < until {
+            connection.idle(Some(Duration::from_secs(5))).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        replace_file(bad.0, &good);
+    }
+    std::fs::remove_file(&client_files.cert).unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    connection.idle(Some(Duration::from_secs(5))).await.unwrap();
+
+    let missing = WorkerCredentials::from_files_reloadable(
+        &client_files.ca,
+        Some(&client_files.key),
+        Some(&client_files.cert),
+        true,
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(missing.kind(), ErrorKind::InvalidArgument);
+    assert!(missing.to_string().contains("cert.pem"), "{missing}");
+    let no_key = WorkerCredentials::from_files_reloadable(&client_files.ca, None, None, true, None)
+        .unwrap_err();
+    assert_eq!(no_key.kind(), ErrorKind::InvalidArgument, "{no_key}");
+    let one_way =
+        WorkerCredentials::from_files_reloadable(&client_files.ca, None, None, false, None)
+            .unwrap();
+    assert!(!one_way.is_mutual());
+}
+
+/// Given `wool-worker` serving mutual TLS from files, when a file is replaced by garbage, then
+/// it logs that it refuses it and new connections still get the old material; when good new
+/// material replaces the files, it logs the reload and new connections get it; SIGHUP with
+/// unchanged files is logged and does not end the worker; SIGHUP to a plaintext worker neither.
+#[test]
+fn wool_worker_reloads_on_change_refuses_bad_files_and_takes_sighup() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = new_ca("ca");
+    let ca_pem = ca.pem();
+    let first = new_leaf(&ca, dir.path(), "first");
+    let renamed = new_leaf_for(&ca, dir.path(), "renamed", &["rotated.test"]);
+    let client = new_leaf(&ca, dir.path(), "client");
+    let files = Files::write(&dir.path().join("worker"), &ca_pem, &first);
+    let args: Vec<String> = [
+        ("--tls-ca", &files.ca),
+        ("--tls-cert", &files.cert),
+        ("--tls-key", &files.key),
+    ]
+    .iter()
+    .flat_map(|(flag, path)| [flag.to_string(), path.display().to_string()])
+    .collect();
+    let (mut worker, log) = WorkerProcess::spawn_logging(&args, "info");
+    let address = worker.address.clone();
+    let poll = |identity: Option<&str>| {
+        let mut credentials = fixed(&ca_pem, &client);
+        if let Some(identity) = identity {
+            credentials = credentials.with_identity(identity).unwrap();
+        }
+        let connection = fresh_connection(&address, credentials);
+        runtime.block_on(connection.idle(Some(Duration::from_secs(5))))
+    };
+    poll(None).unwrap();
+
+    replace_file(&files.cert, "-----BEGIN CERTIFICATE-----\nnot base64\n");
+    let line = expect_log_line(&log, "refusing the TLS credentials", Duration::from_secs(5));
+    assert!(line.contains("WARN"), "{line}");
+    poll(None).unwrap();
+
+    files.rotate_leaf(&renamed);
+    expect_log_line(&log, "TLS credentials reloaded", Duration::from_secs(5));
+    poll(Some("rotated.test")).unwrap();
+    assert_eq!(poll(None).unwrap_err().kind(), ErrorKind::Handshake);
+
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(worker.pid(), libc::SIGHUP) }, 0);
+    expect_log_line(
+        &log,
+        "SIGHUP: the TLS files are unchanged",
+        Duration::from_secs(5),
+    );
+    assert!(worker.is_running());
+    poll(Some("rotated.test")).unwrap();
+
+    let (mut plaintext, plaintext_log) = WorkerProcess::spawn_logging(&[], "info");
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(plaintext.pid(), libc::SIGHUP) }, 0);
+    expect_log_line(
+        &plaintext_log,
+        "no credentials to reload",
+        Duration::from_secs(5),
+    );
+    assert!(plaintext.is_running());
+}
