@@ -228,17 +228,14 @@ func TestReloadableCredentialsFollowACARotation(t *testing.T) {
 		requireKind(t, err, wool.ErrHandshake)
 	})
 	t.Run("the worker no longer accepts CA1's client certificate", func(t *testing.T) {
-		// As in TestMutualTLS: the worker hangs up after the client accepted it, seen as a
-		// TLS or a transient failure.
+		// As in TestMutualTLS: the worker refuses the client after the client accepted it.
 		old, err := wool.CredentialsFromPEM(ca2.PEM, client1.KeyPEM, client1.CertPEM, true, "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer old.Close()
 		_, err = idle(connect(t, worker.Address, wool.WithCredentials(old)))
-		if !errors.Is(err, wool.ErrHandshake) && !errors.Is(err, wool.ErrTransient) {
-			t.Fatalf("want ErrHandshake or ErrTransient, got %v", err)
-		}
+		requireKind(t, err, wool.ErrHandshake)
 		t.Logf("as expected: %v", err)
 	})
 	t.Run("the rotated connection dials with CA2's material", func(t *testing.T) {

@@ -412,6 +412,11 @@ impl tower::Service<http::Request<tonic::body::Body>> for Http2Channel {
     }
 }
 
+/// How long a new TLS connection waits for the worker's first bytes (see
+/// [`TlsSocket::read_ahead`]) before HTTP/2 starts anyway. Workers send their SETTINGS at once;
+/// the bound is for one that would wait for the client's preface first.
+const SERVER_PREFACE_WAIT: Duration = Duration::from_millis(250);
+
 /// Dials the target, does the TLS and HTTP/2 handshakes, and spawns the connection task
 /// (with the keepalive, when configured; `interval_ms` is the channel's interval in force).
 async fn dial(
@@ -450,7 +455,27 @@ async fn dial(
                         ),
                     ));
                 }
-                let socket = TlsSocket::new(socket, Arc::clone(&tls_failure));
+                let mut socket = TlsSocket::new(socket, Arc::clone(&tls_failure));
+                match tokio::time::timeout(SERVER_PREFACE_WAIT, socket.read_ahead()).await {
+                    Ok(Err(error)) => {
+                        return Err(match tls_failure.get() {
+                            Some(reason) => tls_rejection(&target, reason),
+                            None => io_failure(&target, "connection", &error),
+                        })
+                    }
+                    Ok(Ok(0)) => {
+                        return Err(TransportFailure::new(
+                            Cause::Unreachable,
+                            format!(
+                                "the worker at {target} closed the connection right after the \
+                                 TLS handshake"
+                            ),
+                        ))
+                    }
+                    // Its first bytes came, or the wait ran out (a worker that speaks only
+                    // after the client's preface): HTTP/2 takes over.
+                    Ok(Ok(_)) | Err(_) => {}
+                }
                 handshake(builder, socket, fd, &target, Some(&tls_failure)).await
             }
         }

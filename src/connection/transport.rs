@@ -200,6 +200,8 @@ impl AsyncWrite for Socket {
 pub(crate) struct TlsSocket {
     inner: tokio_rustls::client::TlsStream<Socket>,
     failure: Arc<OnceLock<String>>,
+    /// Bytes read ahead by [`read_ahead`](Self::read_ahead), handed out first.
+    ahead: Vec<u8>,
 }
 
 impl TlsSocket {
@@ -208,7 +210,30 @@ impl TlsSocket {
         inner: tokio_rustls::client::TlsStream<Socket>,
         failure: Arc<OnceLock<String>>,
     ) -> Self {
-        Self { inner, failure }
+        Self {
+            inner,
+            failure,
+            ahead: Vec::new(),
+        }
+    }
+
+    /// Waits for the worker's first bytes after the handshake (its HTTP/2 SETTINGS), keeping
+    /// them for the first read; `Ok(0)` if the worker closed the connection instead. A worker
+    /// that rejects this client's certificate answers with an alert instead, which then fails
+    /// here, typed, rather than racing the client's first writes (a write to the closed socket
+    /// would report a broken pipe). gRPC clients wait for the server's preface the same way
+    /// before they call a connection ready.
+    pub(crate) async fn read_ahead(&mut self) -> io::Result<usize> {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 1024];
+        let read = self.inner.read(&mut buf).await;
+        let read = self.note(Poll::Ready(read));
+        let Poll::Ready(read) = read else {
+            unreachable!("a ready result stays ready")
+        };
+        let read = read?;
+        self.ahead.extend_from_slice(&buf[..read]);
+        Ok(read)
     }
 
     fn note<T>(&self, result: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
@@ -231,6 +256,12 @@ impl AsyncRead for TlsSocket {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if !this.ahead.is_empty() {
+            let take = this.ahead.len().min(buf.remaining());
+            buf.put_slice(&this.ahead[..take]);
+            this.ahead.drain(..take);
+            return Poll::Ready(Ok(()));
+        }
         let result = Pin::new(&mut this.inner).poll_read(cx, buf);
         this.note(result)
     }

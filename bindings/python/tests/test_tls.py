@@ -68,10 +68,10 @@ def test_a_wrong_ca_is_a_handshake_error(mtls_worker, certs):
 
 
 def test_a_client_certificate_the_worker_rejects_never_succeeds(mtls_worker, certs):
-    # Given a client certificate from the rogue CA, Then the worker hangs up: under TLS 1.3
-    # the client sees a transient failure (a HandshakeError or a plain TransientRpcError).
+    # Given a client certificate from the rogue CA, Then the worker refuses it with a TLS
+    # alert after the TLS 1.3 handshake: a HandshakeError.
     with WorkerConnection(mtls_worker.address, client_files(certs, leaf="rogue")) as conn:
-        with pytest.raises(libwool.TransientRpcError):
+        with pytest.raises(libwool.HandshakeError):
             conn.idle(timeout=5.0)
 
 
@@ -103,9 +103,10 @@ def test_one_way_tls_needs_only_the_ca(spawn_worker, certs):
 
 
 def test_one_way_credentials_against_a_mutual_tls_worker_fail(mtls_worker, certs):
+    # The worker asks for a client certificate and, given none, refuses with a TLS alert.
     credentials = WorkerCredentials.from_files(certs / "ca.pem", mutual=False)
     with WorkerConnection(mtls_worker.address, credentials) as conn:
-        with pytest.raises(libwool.TransientRpcError):
+        with pytest.raises(libwool.HandshakeError):
             conn.idle(timeout=5.0)
 
 
@@ -257,12 +258,12 @@ def test_reloadable_credentials_follow_a_ca_rotation(spawn_worker, certs, next_c
         with WorkerConnection(worker.address, client_files(old)) as stale:
             with pytest.raises(libwool.HandshakeError):
                 stale.idle(timeout=5.0)
-        # The worker no longer accepts CA1's client leaf: it hangs up once the client has
-        # accepted it (a HandshakeError or a plain TransientRpcError, as above).
+        # The worker no longer accepts CA1's client leaf: it refuses it once the client has
+        # accepted the worker (a TLS alert): a HandshakeError.
         rejected = WorkerCredentials.from_files(new / "ca.pem", old / "client.key",
                                                 old / "client.pem")
         with WorkerConnection(worker.address, rejected) as stale:
-            with pytest.raises(libwool.TransientRpcError):
+            with pytest.raises(libwool.HandshakeError):
                 stale.idle(timeout=5.0)
 
         restart_on_same_address(spawn_worker, conn, worker, *worker_side.worker_args())
