@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{
-    expect_log_line, new_ca, new_leaf, new_leaf_for, port_of, replace_file, worker_side_sockets,
-    Leaf, WorkerProcess, TCP_ESTABLISHED,
+    client_mutual, expect_log_line, new_ca, new_leaf, new_leaf_for, port_of, replace_file,
+    worker_side_sockets, Leaf, WorkerProcess, TCP_ESTABLISHED,
 };
 use wool::connection::ChannelOptions;
 use wool::worker::{CredentialReload, RoutineRegistry, ServerCredentialFiles, Worker};
@@ -62,17 +62,6 @@ impl Files {
             client_ca: Some(self.ca.clone()),
         }
     }
-}
-
-fn fixed(ca_pem: &str, leaf: &Leaf) -> WorkerCredentials {
-    WorkerCredentials::from_pem(
-        ca_pem.as_bytes(),
-        Some(leaf.key_pem.as_bytes()),
-        Some(leaf.cert_pem.as_bytes()),
-        true,
-        None,
-    )
-    .unwrap()
 }
 
 /// A connection that shares no pooled channel with any other (its options are its own), so
@@ -139,7 +128,10 @@ async fn rotating_the_ca_and_both_leaves_mid_run_fails_no_poll() {
     let rotating = Arc::new(
         WorkerConnection::with_credentials(&address, Some(client_files.reloadable())).unwrap(),
     );
-    let steady = Arc::new(fresh_connection(&address, fixed(&old_ca_pem, &old_client)));
+    let steady = Arc::new(fresh_connection(
+        &address,
+        client_mutual(&old_ca_pem, &old_client),
+    ));
     steady.idle(Some(Duration::from_secs(5))).await.unwrap();
     let in_flight = {
         let steady = Arc::clone(&steady);
@@ -193,21 +185,21 @@ async fn rotating_the_ca_and_both_leaves_mid_run_fails_no_poll() {
         "the rotating client never dialed anew"
     );
     // The worker no longer accepts a certificate of the old CA.
-    let old_leaf_now = fresh_connection(&address, fixed(&both, &old_client));
+    let old_leaf_now = fresh_connection(&address, client_mutual(&both, &old_client));
     let refused = old_leaf_now
         .idle(Some(Duration::from_secs(5)))
         .await
         .unwrap_err();
     assert_eq!(refused.kind(), ErrorKind::Handshake, "{refused}");
     // A client trusting only the old CA refuses the worker's new certificate.
-    let old_trust = fresh_connection(&address, fixed(&old_ca_pem, &new_client));
+    let old_trust = fresh_connection(&address, client_mutual(&old_ca_pem, &new_client));
     let refused = old_trust
         .idle(Some(Duration::from_secs(5)))
         .await
         .unwrap_err();
     assert_eq!(refused.kind(), ErrorKind::Handshake, "{refused}");
     // New material, new connection: accepted.
-    let new_now = fresh_connection(&address, fixed(&new_ca_pem, &new_client));
+    let new_now = fresh_connection(&address, client_mutual(&new_ca_pem, &new_client));
     new_now.idle(Some(Duration::from_secs(5))).await.unwrap();
 }
 
@@ -231,7 +223,7 @@ async fn a_worker_refuses_bad_new_material_and_keeps_serving() {
         .unwrap();
     let address = worker.address().to_owned();
     let poll = |identity: Option<&str>| {
-        let mut credentials = fixed(&ca_pem, &client);
+        let mut credentials = client_mutual(&ca_pem, &client);
         if let Some(identity) = identity {
             credentials = credentials.with_identity(identity).unwrap();
         }
@@ -364,7 +356,7 @@ fn wool_worker_reloads_on_change_refuses_bad_files_and_takes_sighup() {
     let (mut worker, log) = WorkerProcess::spawn_logging(&args, "info");
     let address = worker.address.clone();
     let poll = |identity: Option<&str>| {
-        let mut credentials = fixed(&ca_pem, &client);
+        let mut credentials = client_mutual(&ca_pem, &client);
         if let Some(identity) = identity {
             credentials = credentials.with_identity(identity).unwrap();
         }

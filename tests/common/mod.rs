@@ -87,6 +87,18 @@ pub fn new_leaf_for(
     leaf
 }
 
+/// A client's mutual-TLS credentials: trusting `ca_pem`, presenting `leaf`.
+pub fn client_mutual(ca_pem: &str, leaf: &Leaf) -> wool::WorkerCredentials {
+    wool::WorkerCredentials::from_pem(
+        ca_pem.as_bytes(),
+        Some(leaf.key_pem.as_bytes()),
+        Some(leaf.cert_pem.as_bytes()),
+        true,
+        None,
+    )
+    .unwrap()
+}
+
 /// The only name [`Pki::named_leaf`] is valid for.
 pub const NAMED_LEAF_IDENTITY: &str = "wool-pool.test";
 
@@ -125,14 +137,7 @@ impl Pki {
 
     /// A client's mutual-TLS credentials: trusting `ca_pem`, presenting `leaf`.
     pub fn client_mutual(&self, ca_pem: &str, leaf: &Leaf) -> wool::WorkerCredentials {
-        wool::WorkerCredentials::from_pem(
-            ca_pem.as_bytes(),
-            Some(leaf.key_pem.as_bytes()),
-            Some(leaf.cert_pem.as_bytes()),
-            true,
-            None,
-        )
-        .unwrap()
+        client_mutual(ca_pem, leaf)
     }
 
     /// `wool-worker` flags for mutual TLS with this PKI.
