@@ -13,6 +13,9 @@ pub mod connection;
 #[cfg(feature = "capi")]
 pub mod ffi;
 pub mod fleet;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod process;
 pub mod protocol;
 mod tls;

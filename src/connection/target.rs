@@ -117,6 +117,10 @@ impl std::fmt::Display for Target {
         match self {
             Target::Tcp { host, port } if host.contains(':') => write!(f, "[{host}]:{port}"),
             Target::Tcp { host, port } => write!(f, "{host}:{port}"),
+            // A path starting with `//` needs the `unix://` form: `unix://x` means the path `x`.
+            Target::Unix(path) if path.to_string_lossy().starts_with("//") => {
+                write!(f, "unix://{}", path.display())
+            }
             Target::Unix(path) => write!(f, "unix:{}", path.display()),
         }
     }
@@ -237,5 +241,27 @@ mod tests {
         let target = Target::parse("ipv6:[::1]:7").unwrap();
         assert_eq!(target.to_string(), "[::1]:7");
         assert_eq!(target.tls_name(), "::1");
+    }
+
+    /// Found by the fuzz target `target_parse`: a socket path starting with `//` printed as
+    /// `unix://…`, which parses as the path without them.
+    #[test]
+    fn every_target_prints_as_text_that_parses_back_to_it() {
+        for text in [
+            "unix:////tmt/w.sock",
+            "unix://x",
+            "unix:///tmp/w.sock",
+            "unix:rel/w.sock",
+            "[::1]:50051",
+            "ipv4:127.0.0.1:1",
+            "dns://8.8.8.8/worker.svc:443",
+        ] {
+            let target = Target::parse(text).unwrap();
+            assert_eq!(
+                Target::parse(&target.to_string()).unwrap(),
+                target,
+                "{text}"
+            );
+        }
     }
 }

@@ -154,12 +154,17 @@ pub unsafe extern "C" fn wool_discover(
         let namespace = unsafe { try_str(namespace_, "namespace") }?;
         // SAFETY: the caller's contract above.
         let out = unsafe { try_mut(out, "out") }?;
-        if !(listen_seconds.is_finite() && listen_seconds >= 0.0) {
-            return Err(Error::invalid_argument(format!(
-                "listen_seconds must be 0 (the default) or positive finite seconds, got {listen_seconds}"
-            )));
-        }
-        let listen = Some(Duration::from_secs_f64(listen_seconds)).filter(|l| !l.is_zero());
+        // `try_from_secs_f64` refuses NaN, negative values and ones too large for a Duration.
+        let listen = Duration::try_from_secs_f64(listen_seconds)
+            .ok()
+            .filter(|_| listen_seconds.is_finite())
+            .ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "listen_seconds must be 0 (the default) or positive finite seconds, got \
+                     {listen_seconds}"
+                ))
+            })?;
+        let listen = Some(listen).filter(|l| !l.is_zero());
         let workers = discovery(namespace, backend, listen)?.list()?;
         set_boxed(
             out,

@@ -237,13 +237,18 @@ pub extern "C" fn wool_retire_reason_name(reason: c_int) -> *const c_char {
 impl wool_retire_policy {
     /// The Rust policy, every field checked.
     fn to_policy(self) -> Result<RetirePolicy, Error> {
-        if !(self.idle_threshold.is_finite() && self.idle_threshold >= 0.0) {
-            return Err(Error::invalid_argument(format!(
-                "policy->idle_threshold must be finite seconds >= 0, got {}",
-                self.idle_threshold
-            )));
-        }
-        let mut policy = RetirePolicy::new(Duration::from_secs_f64(self.idle_threshold));
+        // `try_from_secs_f64` refuses NaN, negative values and ones too large for a Duration.
+        let threshold = Duration::try_from_secs_f64(self.idle_threshold)
+            .ok()
+            .filter(|_| self.idle_threshold.is_finite())
+            .ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "policy->idle_threshold must be finite seconds >= 0 (at most about 1.8e19), \
+                     got {}",
+                    self.idle_threshold
+                ))
+            })?;
+        let mut policy = RetirePolicy::new(threshold);
         policy.grace = try_grace(self.grace)?;
         policy.stop_timeout = try_timeout(self.stop_timeout)?;
         policy.keep_min = self.keep_min;

@@ -27,12 +27,13 @@ use crate::connection::{timeout_from_seconds, Error};
 use crate::protocol::Grace;
 pub use connection::{wool_connect, wool_connection, wool_free, wool_idle, wool_stop};
 pub use credentials::{
-    wool_credentials, wool_credentials_free, wool_credentials_from_files, wool_credentials_from_pem,
+    wool_credentials, wool_credentials_free, wool_credentials_from_files,
+    wool_credentials_from_files_reloadable, wool_credentials_from_pem,
 };
 pub use discovery::{
     wool_connect_worker, wool_discover, wool_watch, wool_watch_free, wool_watch_new,
     wool_watch_next, wool_worker_info, wool_worker_list, wool_worker_list_count,
-    wool_worker_list_free, wool_worker_list_get,
+    wool_worker_list_free, wool_worker_list_get, WOOL_DISCOVERY_LAN, WOOL_DISCOVERY_LOCAL,
 };
 pub use fleet::{
     wool_idle_many, wool_retire_decision, wool_retire_idle, wool_retire_policy,

@@ -15,11 +15,11 @@
 //! # Ok(()) }
 //! ```
 
-mod authority;
+pub(crate) mod authority;
 pub mod idle;
 pub mod metrics;
 pub mod routine;
-mod service;
+pub(crate) mod service;
 mod tls;
 
 use std::net::SocketAddr;

@@ -81,6 +81,12 @@ impl ServerCredentials {
         self.client_ca_pem.is_some()
     }
 
+    /// Checks the material as the worker does before serving it (see [`Self::server_config`]).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn check(&self) -> Result<(), WorkerError> {
+        self.server_config().map(drop)
+    }
+
     /// The rustls configuration (ALPN `h2`), checking every PEM: a bad one is named.
     fn server_config(&self) -> Result<ServerConfig, WorkerError> {
         let chain =
