@@ -116,6 +116,13 @@ impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Target::Tcp { host, port } if host.contains(':') => write!(f, "[{host}]:{port}"),
+            // A host named like a scheme (`ipv6:6` would read as an IPv6 target): the explicit
+            // DNS form.
+            Target::Tcp { host, port }
+                if matches!(host.as_str(), "unix" | "ipv4" | "ipv6" | "dns") =>
+            {
+                write!(f, "dns:///{host}:{port}")
+            }
             Target::Tcp { host, port } => write!(f, "{host}:{port}"),
             // A path starting with `//` needs the `unix://` form: `unix://x` means the path `x`.
             Target::Unix(path) if path.to_string_lossy().starts_with("//") => {
@@ -244,7 +251,8 @@ mod tests {
     }
 
     /// Found by the fuzz target `target_parse`: a socket path starting with `//` printed as
-    /// `unix://…`, which parses as the path without them.
+    /// `unix://…`, which parses as the path without them; a host named `ipv6` (or another
+    /// scheme) printed as `ipv6:6`, which parses as an IPv6 target.
     #[test]
     fn every_target_prints_as_text_that_parses_back_to_it() {
         for text in [
@@ -255,6 +263,9 @@ mod tests {
             "[::1]:50051",
             "ipv4:127.0.0.1:1",
             "dns://8.8.8.8/worker.svc:443",
+            "dns://ipv6:06",
+            "dns:unix:1",
+            "dns:///dns:53",
         ] {
             let target = Target::parse(text).unwrap();
             assert_eq!(

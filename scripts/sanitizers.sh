@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Runs the library under the sanitizers (nightly Rust's -Zsanitizer) and miri:
+#   asan   the C harness (tests/c/, every case of tests/c_api.rs) compiled with
+#          -fsanitize=address against a libwool.so built with AddressSanitizer; LeakSanitizer
+#          (part of ASan) checks each harness process for leaks at exit. Any report fails.
+#   tsan   the Rust concurrency tests (the channel pool, 10,000 concurrent polls, the
+#          completion queue, the C ABI's caller-driven runtime, rotation) under
+#          ThreadSanitizer, with the standard library rebuilt instrumented (-Zbuild-std), so a
+#          report is a data race in this crate or its dependencies, not in an uninstrumented std.
+#   miri   the pure parts under miri (undefined behaviour, aliasing): the idle clock, the target
+#          parser, the last-error buffer copy.
+#
+#   ./scripts/sanitizers.sh [asan] [tsan] [miri]      default: all three
+#
+# Needs: rustup (installs the nightly toolchain with rust-src and miri here if missing), a C
+# compiler with -fsanitize=address (gcc's libasan), the test prerequisites of tests/c_api.rs.
+# Takes about 15 minutes for all three on 2 cores (most of it building with instrumentation).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+PARTS=("${@:-asan tsan miri}")
+read -r -a PARTS <<<"${PARTS[*]}"
+HOST="x86_64-unknown-linux-gnu"
+
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+    echo "sanitizers: installing the nightly toolchain (minimal profile)" >&2
+    rustup toolchain install nightly --profile minimal >&2
+fi
+rustup component add rust-src miri --toolchain nightly >&2
+
+status=0
+run() { # name command...
+    local name="$1"; shift
+    echo "=== sanitizers: $name"
+    if "$@"; then
+        echo "=== sanitizers: $name: clean"
+    else
+        echo "=== sanitizers: $name: FAILED"
+        status=1
+    fi
+}
+
+asan() {
+    local target_dir="$ROOT/target/asan"
+    # The library with ASan instrumentation (std as shipped: ASan needs no instrumented std).
+    RUSTFLAGS="-Zsanitizer=address" cargo +nightly build --features capi --lib \
+        --target "$HOST" --target-dir "$target_dir" &&
+        # The harness programs link that library and gcc's ASan runtime; leaks are checked at
+        # each one's exit (LeakSanitizer), and any report makes it exit 23 (its test fails).
+        WOOL_C_LIBRARY_DIR="$target_dir/$HOST/debug" \
+            WOOL_C_FLAGS="-fsanitize=address -fno-omit-frame-pointer" \
+            ASAN_OPTIONS="detect_leaks=1:exitcode=23:abort_on_error=0:detect_stack_use_after_return=1" \
+            LSAN_OPTIONS="exitcode=23" \
+            cargo test --features capi --test c_api
+}
+
+tsan() {
+    RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" \
+        TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" \
+        cargo +nightly test -Zbuild-std --target "$HOST" --target-dir "$ROOT/target/tsan" \
+        --features capi --lib --test connection --test queue --test ffi_housekeeping \
+        --test rotation
+}
+
+miri() {
+    # Isolation off: the idle clock reads the monotonic clock.
+    MIRIFLAGS="-Zmiri-disable-isolation" cargo +nightly miri test --target-dir "$ROOT/target/miri" \
+        --features capi --lib -- worker::idle connection::target ffi::last_error
+}
+
+for part in "${PARTS[@]}"; do
+    case "$part" in
+        asan) run "AddressSanitizer + LeakSanitizer: the C harness" asan ;;
+        tsan) run "ThreadSanitizer: the concurrency tests" tsan ;;
+        miri) run "miri: idle clock, target parser, last-error copy" miri ;;
+        *) echo "sanitizers: unknown part $part (asan, tsan, miri)" >&2; exit 2 ;;
+    esac
+done
+exit $status
