@@ -1,7 +1,8 @@
 //! The C API, from C: builds `tests/c/contract.c` and `tests/c/harness.c` against `include/wool.h`
 //! and `libwool.so`, arranges each case's world (real `wool-worker` processes, throwaway PKI, a
-//! worker without `idle`, an address nobody listens on, a peer that never answers) and runs one
-//! harness case per test. Plus the C API called from Rust threads that run inside tokio runtimes.
+//! worker without `idle`, an address nobody listens on, a peer that never answers, hostile fake
+//! workers from `common::hostile`) and runs one harness case per test. Plus the C API called
+//! from Rust threads that run inside tokio runtimes.
 //!
 //! `WOOL_VALGRIND=1` runs every C program under valgrind (no definite leaks, no invalid reads or
 //! writes, or the test fails; see `suppressions` for the only errors it lets pass):
@@ -16,7 +17,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{library_dir, Pki, WorkerProcess};
+use common::{hostile, library_dir, Pki, WorkerProcess};
 use wool::ffi::{
     wool_connect, wool_connection, wool_free, wool_idle, wool_last_error, wool_last_rpc_code,
     wool_status, wool_stop,
@@ -707,6 +708,167 @@ fn c_retires_idle_workers_by_policy() {
     assert_eq!(workers[0].wait_exit(Duration::from_secs(10)), Some(0));
     assert_eq!(workers[1].wait_exit(Duration::from_secs(10)), Some(0));
     assert!(workers[2].is_running());
+}
+
+// ---- hostile workers, from C ------------------------------------------------------------------
+
+/// Runs the `hostile` case against the fake worker `serve` makes (`common::hostile`, served on
+/// a runtime of this process while the C program runs): wool_idle and wool_stop must each give
+/// `status` with gRPC code `code`, a message, and return within their timeout (2 s) plus 3 s.
+/// Valgrind's slow start (seconds for a program's first call, before the call's deadline
+/// starts) gets a 15 s margin, and, when the failure is the client's own finding (`found`), a
+/// 30 s timeout, so that the deadline is not what ends the call.
+fn c_host_meets<F, Fut>(serve: F, status: &str, code: i32, found: bool, ca: Option<&Path>)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = hostile::FakeWorker>,
+{
+    let runtime = rust_side_runtime();
+    let worker = runtime.block_on(serve());
+    let timeout = if found && under_valgrind() { "30" } else { "2" };
+    let margin = if under_valgrind() { "15" } else { "3" };
+    let code = code.to_string();
+    let mut args = vec![worker.address.as_str(), status, &code, timeout, margin];
+    args.extend(ca.map(path));
+    let out = run_case("hostile", &args);
+    assert!(out.contains("hostile: stop gave"), "{out}");
+    drop(worker);
+}
+
+/// Given a "worker" that answers with an HTTP/1.1 error page instead of HTTP/2, when C polls
+/// and stops it, then each call is WOOL_STATUS_RPC_ERROR (code 13, INTERNAL) with a message.
+#[test]
+fn c_host_meets_garbage_instead_of_http2() {
+    let page = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n".to_vec();
+    c_host_meets(
+        || hostile::writing_at_once(page),
+        "WOOL_STATUS_RPC_ERROR",
+        13,
+        true,
+        None,
+    );
+}
+
+/// Given a worker whose answer announces a 200 MiB message (and streams it), when C polls and
+/// stops it with the default 100 MiB receive limit, then each call is WOOL_STATUS_TRANSIENT
+/// with code 8 (RESOURCE_EXHAUSTED).
+#[test]
+fn c_host_meets_a_message_over_the_receive_limit() {
+    c_host_meets(
+        || hostile::announcing_a_huge_message(200 << 20, 8 << 20),
+        "WOOL_STATUS_TRANSIENT",
+        8,
+        true,
+        None,
+    );
+}
+
+/// Given a worker that answers each request with GOAWAY naming no stream as processed, when C
+/// polls and stops it, then each call is WOOL_STATUS_TRANSIENT with code 14 (UNAVAILABLE).
+#[test]
+fn c_host_meets_goaway_mid_call() {
+    c_host_meets(
+        || hostile::answering(|_| hostile::goaway(0, hostile::NO_ERROR, b"going away")),
+        "WOOL_STATUS_TRANSIENT",
+        14,
+        true,
+        None,
+    );
+}
+
+/// Given a worker that speaks HTTP/2 and reads the request but never answers, when C polls and
+/// stops it with a 2 s timeout, then each call is WOOL_STATUS_TRANSIENT with code 4
+/// (DEADLINE_EXCEEDED) at the deadline.
+#[test]
+fn c_host_meets_a_worker_that_never_answers() {
+    c_host_meets(
+        hostile::never_answering,
+        "WOOL_STATUS_TRANSIENT",
+        4,
+        false,
+        None,
+    );
+}
+
+/// Given a worker that answers with HEADERS and then CONTINUATION frames without end, when C
+/// polls and stops it, then h2's limit ends each call: WOOL_STATUS_RPC_ERROR, code 13.
+#[test]
+fn c_host_meets_an_endless_header_block() {
+    c_host_meets(
+        || hostile::endless_header_block(0),
+        "WOOL_STATUS_RPC_ERROR",
+        13,
+        true,
+        None,
+    );
+}
+
+/// Given a worker whose trailers say grpc-status 14 with grpc-status-details-bin that is not
+/// base64 (on which tonic panics), when C polls and stops it, then each call is
+/// WOOL_STATUS_TRANSIENT with code 14, never WOOL_STATUS_PANIC.
+#[test]
+fn c_host_meets_status_details_that_are_not_base64() {
+    c_host_meets(
+        || {
+            hostile::answering(|stream| {
+                [
+                    hostile::response_head(stream),
+                    hostile::trailers(
+                        stream,
+                        &[
+                            ("grpc-status", b"14"),
+                            ("grpc-message", b"draining"),
+                            ("grpc-status-details-bin", b"!!not base64!!"),
+                        ],
+                    ),
+                ]
+                .concat()
+            })
+        },
+        "WOOL_STATUS_TRANSIENT",
+        14,
+        true,
+        None,
+    );
+}
+
+/// Given a worker whose trailers say grpc-status "abc", when C polls and stops it, then each
+/// call is WOOL_STATUS_RPC_ERROR with code 2 (UNKNOWN).
+#[test]
+fn c_host_meets_a_status_that_is_no_code() {
+    c_host_meets(
+        || {
+            hostile::answering(|stream| {
+                [
+                    hostile::response_head(stream),
+                    hostile::trailers(stream, &[("grpc-status", b"abc")]),
+                ]
+                .concat()
+            })
+        },
+        "WOOL_STATUS_RPC_ERROR",
+        2,
+        true,
+        None,
+    );
+}
+
+/// Given a TLS worker presenting a chain of 100 certificates (its leaf and 99 intermediates up
+/// to the CA C trusts), when C polls and stops it over one-way TLS, then each call is
+/// WOOL_STATUS_HANDSHAKE (code 14).
+#[test]
+fn c_host_meets_a_chain_of_100_certificates() {
+    let (ca_pem, chain, key) = hostile::long_chain(99);
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, ca_pem).unwrap();
+    c_host_meets(
+        || hostile::tls(hostile::tls_config(chain, key)),
+        "WOOL_STATUS_HANDSHAKE",
+        14,
+        true,
+        Some(&ca),
+    );
 }
 
 // ---- the C example ---------------------------------------------------------------------------

@@ -385,7 +385,9 @@ impl Http2Channel {
         if std::future::poll_fn(|cx| pump.poll_ready_part(cx)).now_or_never_pending() {
             tokio::spawn(pump.run());
         }
-        let response = response.await.map_err(|e| state.failure(&e))?;
+        let mut response = response.await.map_err(|e| state.failure(&e))?;
+        readable_status(response.headers_mut());
+        let encoding = unoffered_encoding(response.headers_mut());
         let stream_turn = streaming.then_some(turn);
         let limit = self.shared.config.max_receive_message_bytes;
         Ok(response.map(|recv| ResponseBody {
@@ -393,7 +395,7 @@ impl Http2Channel {
             data_done: false,
             _stream_turn: stream_turn,
             call,
-            messages: MessageSizes::new(limit),
+            messages: MessageSizes::new(limit, encoding),
         }))
     }
 }
@@ -769,9 +771,13 @@ pub(crate) struct ResponseBody {
 
 /// Follows the gRPC length-prefixed messages in a response's DATA (1 flag byte, 4 length
 /// bytes, the message) and refuses a message over the limit as soon as its prefix arrives,
-/// before it is buffered: as gRPC's client does, with `RESOURCE_EXHAUSTED`.
+/// before it is buffered: as gRPC's client does, with `RESOURCE_EXHAUSTED`. Also refuses a
+/// compressed message (flag bit 0) in an encoding this client never offered (see
+/// [`unoffered_encoding`]).
 struct MessageSizes {
     limit: usize,
+    /// The `grpc-encoding` the worker named that this client does not decode, if any.
+    encoding: Option<String>,
     prefix: [u8; 5],
     prefix_len: usize,
     /// Bytes of the current message still to come.
@@ -779,17 +785,18 @@ struct MessageSizes {
 }
 
 impl MessageSizes {
-    fn new(limit: usize) -> Self {
+    fn new(limit: usize, encoding: Option<String>) -> Self {
         Self {
             limit,
+            encoding,
             prefix: [0; 5],
             prefix_len: 0,
             body_left: 0,
         }
     }
 
-    /// Follows `data`; the length of a message over the limit, if one starts in it.
-    fn follow(&mut self, mut data: &[u8]) -> Result<(), usize> {
+    /// Follows `data`; a message in it that must be refused, if one starts there.
+    fn follow(&mut self, mut data: &[u8]) -> Result<(), Refused> {
         while !data.is_empty() {
             if self.body_left > 0 {
                 let taken = self.body_left.min(data.len());
@@ -810,13 +817,45 @@ impl MessageSizes {
                     self.prefix[4],
                 ]) as usize;
                 if length > self.limit {
-                    return Err(length);
+                    return Err(Refused::TooLarge(length));
+                }
+                if self.prefix[0] & 1 != 0 {
+                    if let Some(encoding) = &self.encoding {
+                        return Err(Refused::Compressed(encoding.clone()));
+                    }
                 }
                 self.body_left = length;
             }
         }
         Ok(())
     }
+}
+
+/// Why [`MessageSizes`] refused a message.
+#[derive(Debug, PartialEq, Eq)]
+enum Refused {
+    /// Its length prefix, over the limit.
+    TooLarge(usize),
+    /// Compressed with this encoding, which this client never offered.
+    Compressed(String),
+}
+
+/// Takes out of a response's head a `grpc-encoding` other than `identity`, returning it: this
+/// client offers no compression (it sends no `grpc-accept-encoding`), so a worker must not
+/// compress. tonic would fail the call as UNIMPLEMENTED on seeing the header, before any
+/// message — which on `idle` would read as "the worker predates idle" (idle unavailable),
+/// and would refuse even messages sent uncompressed (flag 0), which gRPC allows under any
+/// encoding, and the status of a trailers-only answer. Without the header tonic takes what it
+/// can; a message actually compressed is refused by [`MessageSizes`] as a protocol failure.
+fn unoffered_encoding(headers: &mut http::HeaderMap) -> Option<String> {
+    const ENCODING: &str = "grpc-encoding";
+    let encoding = headers.get(ENCODING)?;
+    if encoding.as_bytes() == b"identity" {
+        return None;
+    }
+    let name = String::from_utf8_lossy(encoding.as_bytes()).into_owned();
+    headers.remove(ENCODING);
+    Some(name)
 }
 
 impl Body for ResponseBody {
@@ -831,16 +870,30 @@ impl Body for ResponseBody {
             match ready!(self.recv.poll_data(cx)) {
                 Some(Ok(data)) => {
                     let _ = self.recv.flow_control().release_capacity(data.len());
-                    if let Err(length) = self.messages.follow(&data) {
-                        let limit = self.messages.limit;
-                        return Poll::Ready(Some(Err(TransportFailure::new(
-                            Cause::Exhausted,
-                            format!(
-                                "the worker at {} answered with a message of {length} bytes, \
-                                 over max_receive_message_bytes ({limit})",
-                                self.call.state.target
-                            ),
-                        ))));
+                    let refused = self.messages.follow(&data);
+                    let target = &self.call.state.target;
+                    let limit = self.messages.limit;
+                    match refused {
+                        Ok(()) => {}
+                        Err(Refused::TooLarge(length)) => {
+                            return Poll::Ready(Some(Err(TransportFailure::new(
+                                Cause::Exhausted,
+                                format!(
+                                    "the worker at {target} answered with a message of \
+                                     {length} bytes, over max_receive_message_bytes ({limit})"
+                                ),
+                            ))));
+                        }
+                        Err(Refused::Compressed(encoding)) => {
+                            return Poll::Ready(Some(Err(TransportFailure::new(
+                                Cause::Protocol,
+                                format!(
+                                    "the worker at {target} answered with a message compressed \
+                                     as {encoding:?}, which this client never offered (it \
+                                     accepts uncompressed messages only)"
+                                ),
+                            ))));
+                        }
                     }
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
@@ -849,7 +902,10 @@ impl Body for ResponseBody {
             }
         }
         match ready!(self.recv.poll_trailers(cx)) {
-            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+            Ok(Some(mut trailers)) => {
+                readable_status(&mut trailers);
+                Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+            }
             Ok(None) => Poll::Ready(None),
             Err(error) => Poll::Ready(Some(Err(self.call.state.failure(&error)))),
         }
@@ -860,9 +916,139 @@ impl Body for ResponseBody {
     }
 }
 
+/// Makes the gRPC status a worker put in a response's head (trailers-only) or trailers safe
+/// for tonic to read, keeping what the worker said. tonic's `Status::from_header_map` reads
+/// these fields, and a hostile or broken worker can make it:
+///
+/// - panic (it `expect`s a `grpc-status-details-bin` to be base64), which would crash the
+///   caller's thread, or a C host's call: such details are dropped;
+/// - throw the worker's code away for UNKNOWN when `grpc-message` does not percent-decode to
+///   UTF-8 (so an UNAVAILABLE worker would be evicted as an RPC error, where the gRPC spec
+///   says a bad message must never cost the status): the message is replaced by its lossy
+///   decoding (U+FFFD for the bad bytes), percent-encoded again;
+/// - report a `grpc-status` that is no code (`abc`, `99`) as a bare UNKNOWN with no word of
+///   what came: it is made UNKNOWN (2, as tonic and gRPC read it) with a message saying what
+///   the worker sent, ahead of the worker's own message.
+fn readable_status(headers: &mut http::HeaderMap) {
+    use base64::Engine;
+    const DETAILS: &str = "grpc-status-details-bin";
+    const MESSAGE: &str = "grpc-message";
+    const STATUS: &str = "grpc-status";
+    // tonic decodes the details with the standard alphabet, padding optional.
+    let decodes = |value: &http::HeaderValue| {
+        base64::engine::general_purpose::STANDARD_PAD_INDIFFERENT
+            .decode(value.as_bytes())
+            .is_ok()
+    };
+    if headers.get(DETAILS).is_some_and(|value| !decodes(value)) {
+        tracing::debug!("the worker's {DETAILS} is not base64: dropped");
+        headers.remove(DETAILS);
+    }
+    if let Some(message) = headers.get(MESSAGE) {
+        let decoded = percent_decode(message.as_bytes());
+        if std::str::from_utf8(&decoded).is_err() {
+            let lossy = String::from_utf8_lossy(&decoded).into_owned();
+            headers.insert(MESSAGE, percent_encoded(&lossy));
+        }
+    }
+    let Some(status) = headers.get(STATUS) else {
+        return;
+    };
+    let code = status.as_bytes();
+    if tonic::Code::from_bytes(code) != tonic::Code::Unknown || code == b"2" {
+        return;
+    }
+    let mut message = format!(
+        "the worker sent grpc-status \"{}\", which is no gRPC status code (read as UNKNOWN)",
+        code.escape_ascii()
+    );
+    if let Some(own) = headers.get(MESSAGE) {
+        let own = String::from_utf8_lossy(&percent_decode(own.as_bytes())).into_owned();
+        if !own.is_empty() {
+            message = format!("{message}: {own}");
+        }
+    }
+    headers.insert(STATUS, http::HeaderValue::from_static("2"));
+    headers.insert(MESSAGE, percent_encoded(&message));
+}
+
+/// `grpc-message` percent-decoding as tonic does it: `%` and two hex digits make a byte, any
+/// other `%` stands for itself (the `percent-encoding` crate's reading).
+fn percent_decode(bytes: &[u8]) -> Vec<u8> {
+    percent_encoding::percent_decode(bytes).collect()
+}
+
+/// What gRPC percent-encodes in `grpc-message`: everything but printable ASCII, and `%`.
+const GRPC_MESSAGE_ESCAPED: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS.add(b'%');
+
+/// `text` percent-encoded as gRPC sends `grpc-message`: printable ASCII but `%` as is, every
+/// other byte of its UTF-8 as `%XX`.
+fn percent_encoded(text: &str) -> http::HeaderValue {
+    let encoded = percent_encoding::utf8_percent_encode(text, GRPC_MESSAGE_ESCAPED).to_string();
+    http::HeaderValue::from_str(&encoded).expect("printable ASCII is a header value")
+}
+
 #[cfg(test)]
 mod tests {
-    use super::MessageSizes;
+    use super::{MessageSizes, Refused};
+
+    #[test]
+    fn a_workers_status_fields_are_made_readable_without_losing_its_code() {
+        use super::readable_status;
+        let read = |fields: &[(&'static str, &'static str)]| {
+            let mut headers = http::HeaderMap::new();
+            for (name, value) in fields {
+                headers.insert(*name, http::HeaderValue::from_static(value));
+            }
+            readable_status(&mut headers);
+            let status = tonic::Status::from_header_map(&headers).expect("a status");
+            (status.code(), status.message().to_string(), headers)
+        };
+        // Good fields pass untouched.
+        let (code, message, headers) = read(&[
+            ("grpc-status", "14"),
+            ("grpc-message", "100%25 busy"),
+            ("grpc-status-details-bin", "QUJD"),
+        ]);
+        assert_eq!(
+            (code, message.as_str()),
+            (tonic::Code::Unavailable, "100% busy")
+        );
+        assert!(headers.contains_key("grpc-status-details-bin"));
+        // Details that are not base64 (tonic would panic) are dropped.
+        let (code, _, headers) = read(&[("grpc-status", "14"), ("grpc-status-details-bin", "!!")]);
+        assert_eq!(code, tonic::Code::Unavailable);
+        assert!(!headers.contains_key("grpc-status-details-bin"));
+        // A message that is not UTF-8 keeps the code, decoded lossily.
+        let (code, message, _) = read(&[("grpc-status", "14"), ("grpc-message", "busy %FF%FE")]);
+        assert_eq!(
+            (code, message.as_str()),
+            (tonic::Code::Unavailable, "busy \u{FFFD}\u{FFFD}")
+        );
+        // Lone and malformed escapes stand for themselves, as tonic reads them.
+        let (_, message, _) = read(&[("grpc-status", "14"), ("grpc-message", "%zz 100% %4")]);
+        assert_eq!(message, "%zz 100% %4");
+        // A status that is no code is UNKNOWN, saying what came.
+        for (sent, own) in [("abc", ""), ("99", "on fire"), ("", ""), ("014", "")] {
+            let fields = [("grpc-status", sent), ("grpc-message", own)];
+            let (code, message, _) = read(if own.is_empty() {
+                &fields[..1]
+            } else {
+                &fields
+            });
+            assert_eq!(code, tonic::Code::Unknown, "{sent:?}");
+            assert!(
+                message.contains(&format!("grpc-status \"{sent}\"")),
+                "{message}"
+            );
+            assert!(message.ends_with(own), "{message}");
+        }
+        let (code, message, _) = read(&[("grpc-status", "2"), ("grpc-message", "own words")]);
+        assert_eq!(
+            (code, message.as_str()),
+            (tonic::Code::Unknown, "own words")
+        );
+    }
 
     #[test]
     fn message_sizes_are_followed_across_data_frames() {
@@ -872,13 +1058,26 @@ mod tests {
             bytes.extend(std::iter::repeat_n(7, length as usize));
             bytes
         };
-        let mut sizes = MessageSizes::new(9);
+        let mut sizes = MessageSizes::new(9, None);
         let two = [framed(9), framed(0), framed(3)].concat();
         for chunk in two.chunks(2) {
             assert_eq!(sizes.follow(chunk), Ok(()));
         }
         let over = framed(10);
         assert_eq!(sizes.follow(&over[..3]), Ok(()));
-        assert_eq!(sizes.follow(&over[3..]), Err(10));
+        assert_eq!(sizes.follow(&over[3..]), Err(Refused::TooLarge(10)));
+        // A compressed message is refused only when the worker named an encoding we never
+        // offered (with none named, tonic refuses the flag itself).
+        let mut compressed = framed(3);
+        compressed[0] = 1;
+        assert_eq!(MessageSizes::new(9, None).follow(&compressed), Ok(()));
+        assert_eq!(
+            MessageSizes::new(9, Some("gzip".into())).follow(&compressed),
+            Err(Refused::Compressed("gzip".into()))
+        );
+        assert_eq!(
+            MessageSizes::new(9, Some("gzip".into())).follow(&framed(3)),
+            Ok(())
+        );
     }
 }

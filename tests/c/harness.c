@@ -4,7 +4,8 @@
  * `harness CASE ARGS...` runs one case and exits 0 when every check holds; a failed check
  * prints where and why (with the status name and the last error) and exits 1. tests/c_api.rs
  * builds it, arranges each case's world (real wool-worker processes, throwaway PKI, a worker
- * without idle, an address nobody listens on) and runs it, also under valgrind.
+ * without idle, an address nobody listens on, hostile fake workers) and runs it, also under
+ * valgrind.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -1086,6 +1087,7 @@ static int case_discover(int argc, char **argv) {
     EXPECT_INVALID(wool_discover(argv[0], 7, 0.0, &untouched), "backend");
     EXPECT_INVALID(wool_discover(argv[0], WOOL_DISCOVERY_LAN, NAN, &untouched), "listen_seconds");
     EXPECT_INVALID(wool_discover(argv[0], WOOL_DISCOVERY_LAN, -1.0, &untouched), "listen_seconds");
+    EXPECT_INVALID(wool_discover(argv[0], WOOL_DISCOVERY_LAN, 1e300, &untouched), "listen_seconds");
     EXPECT_INVALID(wool_discover(argv[0], WOOL_DISCOVERY_LOCAL, 0.0, NULL), "out");
     CHECK(untouched == (wool_worker_list *)0x1);
     wool_worker_list *none = NULL;
@@ -1168,6 +1170,9 @@ static int case_retire(int argc, char **argv) {
     EXPECT_INVALID(wool_retire_idle(fleet, 3, &bad, 5.0, 8, out), "grace");
     bad = policy;
     bad.idle_threshold = NAN;
+    EXPECT_INVALID(wool_retire_idle(fleet, 3, &bad, 5.0, 8, out), "idle_threshold");
+    bad = policy;
+    bad.idle_threshold = 1.733640380551062e208; /* found by fuzz/c_api: finite, too large */
     EXPECT_INVALID(wool_retire_idle(fleet, 3, &bad, 5.0, 8, out), "idle_threshold");
     bad = policy;
     bad.grace = NAN;
@@ -1260,6 +1265,60 @@ static int case_reload(int argc, char **argv) {
     return 0;
 }
 
+/* The wool_status named `name` (as wool_status_name spells it). */
+static wool_status status_named(const char *name) {
+    for (int value = 0; value <= 7; value++) {
+        if (strcmp(wool_status_name((wool_status)value), name) == 0) return (wool_status)value;
+    }
+    fprintf(stderr, "harness.c: no status is named %s\n", name);
+    exit(2);
+}
+
+/*
+ * hostile ADDRESS STATUS CODE TIMEOUT MARGIN [CA]: a fake worker that misbehaves (garbage, a
+ * huge answer, GOAWAY, silence, an absurd certificate chain; tests/common/hostile.rs, served by
+ * the test process). wool_idle and then wool_stop, each with TIMEOUT seconds, over one-way TLS
+ * trusting the CA file when one is given: each gives STATUS (a status name) with gRPC code CODE
+ * and a non-empty last error, leaves *out_seconds untouched, and returns within TIMEOUT +
+ * MARGIN seconds.
+ */
+static int case_hostile(int argc, char **argv) {
+    CHECK(argc == 5 || argc == 6);
+    wool_status expected = status_named(argv[1]);
+    int code = atoi(argv[2]);
+    double timeout = atof(argv[3]), margin = atof(argv[4]);
+    CHECK(timeout > 0.0 && margin > 0.0);
+    wool_connection *conn = NULL;
+    if (argc == 6) {
+        wool_credentials *credentials = NULL;
+        CHECK_STATUS(wool_credentials_from_files(argv[5], NULL, NULL, false, NULL, &credentials),
+                     WOOL_STATUS_OK);
+        CHECK_STATUS(wool_connect(argv[0], credentials, &conn), WOOL_STATUS_OK);
+        wool_credentials_free(credentials);
+    } else {
+        conn = connect_plaintext(argv[0]);
+    }
+    double seconds = 12345.0, started = now();
+    CHECK_STATUS(wool_idle(conn, timeout, &seconds), expected);
+    double took = now() - started;
+    CHECK(wool_last_rpc_code() == code);
+    CHECK(strlen(last_error()) > 0);
+    CHECK(seconds == 12345.0);
+    CHECK(took < timeout + margin);
+    printf("hostile: idle gave %s (code %d) after %.3f s: %s\n", wool_status_name(expected), code,
+           took, last_error());
+    started = now();
+    CHECK_STATUS(wool_stop(conn, 0.0, timeout), expected);
+    took = now() - started;
+    CHECK(wool_last_rpc_code() == code);
+    CHECK(strlen(last_error()) > 0);
+    CHECK(took < timeout + margin);
+    printf("hostile: stop gave %s (code %d) after %.3f s: %s\n", wool_status_name(expected), code,
+           took, last_error());
+    wool_free(conn);
+    return 0;
+}
+
 struct named_case {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -1295,6 +1354,7 @@ static const struct named_case cases[] = {
     {"watch", case_watch},
     {"retire", case_retire},
     {"reload", case_reload},
+    {"hostile", case_hostile},
 };
 
 int main(int argc, char **argv) {

@@ -1,6 +1,7 @@
 //! Shared test fixtures: throwaway PKI (rcgen) and real `wool-worker` processes.
 #![allow(dead_code)]
 
+pub mod hostile;
 pub mod netns;
 
 use std::io::{BufRead, BufReader};
