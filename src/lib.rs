@@ -16,9 +16,14 @@ pub mod fleet;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod grace;
 mod process;
+#[cfg(feature = "protocol")]
 pub mod protocol;
+#[cfg(not(feature = "protocol"))]
+mod protocol;
 mod tls;
 pub mod worker;
 
 pub use connection::{Error, ErrorKind, WorkerConnection, WorkerCredentials};
+pub use grace::Grace;

@@ -50,6 +50,7 @@ impl<T> PerProcess<T> {
     }
 
     /// This process's value, if it has made one.
+    #[cfg_attr(not(feature = "capi"), allow(dead_code))] // the C ABI's runtime uses it
     pub(crate) fn get(&'static self) -> Option<&'static T> {
         let generation = generation();
         // SAFETY: a non-null pointer in the slot came from `Box::into_raw` below and is never

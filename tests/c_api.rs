@@ -49,9 +49,15 @@ fn compile(source: &str) -> PathBuf {
     std::fs::create_dir_all(&out_dir).unwrap();
     let name = Path::new(source).file_stem().expect("a C source file");
     let program = out_dir.join(name);
-    let lib = library_dir();
+    // scripts/sanitizers.sh points these at a library built with AddressSanitizer and adds
+    // -fsanitize=address: the same programs, instrumented.
+    let lib = std::env::var_os("WOOL_C_LIBRARY_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(library_dir);
+    let extra_flags = std::env::var("WOOL_C_FLAGS").unwrap_or_default();
     let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let output = Command::new(&compiler)
+        .args(extra_flags.split_whitespace())
         .args([
             "-std=c11",
             "-g",

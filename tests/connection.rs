@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::{unused_local_address, Pki};
 use wool::connection::{ErrorKind, WorkerConnection, WorkerCredentials};
-use wool::protocol::Grace;
 use wool::worker::{RoutineRegistry, ServerCredentials, Worker, WorkerHandle};
+use wool::Grace;
 
 const SECOND: Option<Duration> = Some(Duration::from_secs(5));
 
@@ -701,5 +701,42 @@ async fn given_an_answer_over_the_receive_limit_then_transient_resource_exhauste
     assert!(
         error.message().contains("max_receive_message_bytes"),
         "{error}"
+    );
+}
+
+/// Given one connection, when 1,000 polls time out locally (a 1 µs deadline: such a call is
+/// sent, then reset before the worker's answer arrives), then each is a Transient deadline
+/// failure, the connection stays up (h2 used to count every late answer against its small-frame
+/// budget and close the connection with GOAWAY "too_many_data_frames" after about a hundred,
+/// failing calls as RPC errors — found by the soak), and a poll with a real deadline succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_arriving_after_local_timeouts_never_close_the_connection() {
+    let worker = reference_worker().await;
+    let conn = WorkerConnection::new(worker.address()).unwrap();
+    conn.idle(SECOND).await.unwrap();
+    let mut late = 0;
+    for _ in 0..50_000 {
+        if late == 1_000 {
+            break;
+        }
+        match conn.idle(Some(Duration::from_micros(1))).await {
+            Ok(_) => {}
+            Err(error) => {
+                assert_eq!(error.kind(), ErrorKind::Transient, "{error}");
+                assert_eq!(error.code(), Some(tonic::Code::DeadlineExceeded), "{error}");
+                late += 1;
+            }
+        }
+    }
+    assert_eq!(
+        late, 1_000,
+        "only {late} polls timed out: the test did not test"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await; // the last late answers arrive
+    conn.idle(SECOND).await.unwrap();
+    assert_eq!(
+        worker.accepted_connections(),
+        1,
+        "the connection was replaced"
     );
 }

@@ -13,7 +13,7 @@ use common::{unique_namespace, WoolPool, WorkerProcess};
 use wool::connection::ChannelOptions;
 use wool::fleet::discovery::{DiscoveredWorker, DiscoveryEvent, LanDiscovery, LocalDiscovery};
 use wool::fleet::{retire, sweep, Reason, RetirePolicy, SweepOptions};
-use wool::protocol::Grace;
+use wool::Grace;
 use wool::{ErrorKind, WorkerConnection};
 
 fn runtime() -> tokio::runtime::Runtime {

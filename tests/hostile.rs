@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::hostile::{self, FakeWorker};
 use tonic::Code;
 use wool::connection::{ChannelOptions, ErrorKind, WorkerConnection, WorkerCredentials};
-use wool::protocol::Grace;
+use wool::Grace;
 
 /// The deadline every call here is given.
 const DEADLINE: Duration = Duration::from_secs(2);

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::{Pki, WorkerProcess};
 use wool::connection::{ErrorKind, WorkerConnection, WorkerCredentials};
 use wool::ffi::{self, wool_status};
-use wool::protocol::Grace;
+use wool::Grace;
 
 const TIMEOUT: Option<Duration> = Some(Duration::from_secs(10));
 

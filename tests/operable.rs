@@ -10,7 +10,7 @@ use common::{Pki, WorkerProcess};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
-use wool::protocol::Grace;
+use wool::Grace;
 use wool::WorkerConnection;
 
 const WORKER_SERVICE: &str = "wool.runtime.protobuf.wire.Worker";

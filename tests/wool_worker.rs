@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::{Pki, WorkerProcess};
 use wool::connection::{WorkerConnection, WorkerCredentials};
-use wool::protocol::Grace;
+use wool::Grace;
 
 const TIMEOUT: Option<Duration> = Some(Duration::from_secs(5));
 

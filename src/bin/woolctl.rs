@@ -18,7 +18,7 @@ use wool::fleet::discovery::{
     DiscoveredWorker, Discovery, DiscoveryEvent, LanDiscovery, LocalDiscovery,
 };
 use wool::fleet::{retire, sweep_observed, Decision, RetirePolicy, SweepOptions};
-use wool::protocol::Grace;
+use wool::Grace;
 use wool::{Error, WorkerConnection, WorkerCredentials};
 
 #[derive(Parser)]

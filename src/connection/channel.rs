@@ -123,6 +123,10 @@ impl ConnectionState {
         let reason = error.reason().unwrap_or(h2::Reason::INTERNAL_ERROR);
         let cause = if error.is_go_away() && error.is_remote() {
             Cause::GoingAway
+        } else if error.is_go_away() && reason == h2::Reason::ENHANCE_YOUR_CALM {
+            // This client's h2 closed the connection over what it judged excessive load from
+            // the worker (see DATA_FRAME_BUDGET): the next call dials anew.
+            Cause::GoingAway
         } else if error.is_reset() && error.is_remote() {
             match reason {
                 h2::Reason::REFUSED_STREAM => Cause::GoingAway,
@@ -414,6 +418,16 @@ impl tower::Service<http::Request<tonic::body::Body>> for Http2Channel {
     }
 }
 
+/// h2's budget for the framing overhead of small DATA frames received on a connection. h2
+/// (0.4.20) charges it for a frame that arrives on a stream this client already reset — the
+/// answer to a call that timed out locally or was cancelled — and never gives it back, so with
+/// its default (25,600) about a hundred late answers made h2 close a healthy connection with
+/// GOAWAY `ENHANCE_YOUR_CALM` "too_many_data_frames", failing every call on it. This budget
+/// puts that off past hundreds of thousands of late answers (a connection that still reaches
+/// it is closed and replaced, its calls transient); the memory it guards stays bounded by
+/// the connection's flow-control window.
+const DATA_FRAME_BUDGET: usize = 64 * 1024 * 1024;
+
 /// How long a new TLS connection waits for the worker's first bytes (see
 /// [`TlsSocket::read_ahead`]) before HTTP/2 starts anyway. Workers send their SETTINGS at once;
 /// the bound is for one that would wait for the client's preface first.
@@ -434,7 +448,9 @@ async fn dial(
             .map_err(|e| io_failure(&target, "connecting", &e))?;
         let builder = {
             let mut builder = h2::client::Builder::new();
-            builder.initial_max_send_streams(config.max_concurrent_streams);
+            builder
+                .initial_max_send_streams(config.max_concurrent_streams)
+                .data_frame_budget(DATA_FRAME_BUDGET);
             builder
         };
         let fd = socket.as_raw_fd();

@@ -9,7 +9,7 @@
 //! # async fn demo() -> Result<(), wool::connection::Error> {
 //! use std::time::Duration;
 //! use wool::connection::WorkerConnection;
-//! use wool::protocol::Grace;
+//! use wool::Grace;
 //! let worker = WorkerConnection::new("127.0.0.1:50051")?;
 //! let idle = worker.idle(Some(Duration::from_secs(2))).await?;
 //! if idle > 300.0 {
@@ -42,8 +42,9 @@ pub use target::Target;
 
 use crate::protocol::{
     request::Payload as RequestPayload, response::Payload as ResponsePayload,
-    worker_client::WorkerClient, Grace, Request, StopRequest, Task, Void, PROTOCOL_VERSION,
+    worker_client::WorkerClient, Request, StopRequest, Task, Void, PROTOCOL_VERSION,
 };
+use crate::Grace;
 
 /// Channel settings, as Wool's `ChannelOptions`; part of the pool key (connections share a
 /// channel only when their options are equal). [`Default`] gives Wool's channel defaults.

@@ -24,7 +24,7 @@ use std::ffi::{c_char, CStr};
 use std::time::Duration;
 
 use crate::connection::{timeout_from_seconds, Error};
-use crate::protocol::Grace;
+use crate::Grace;
 pub use connection::{wool_connect, wool_connection, wool_free, wool_idle, wool_stop};
 pub use credentials::{
     wool_credentials, wool_credentials_free, wool_credentials_from_files,

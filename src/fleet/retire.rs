@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::sweep::{sweep, SweepOptions};
 use crate::connection::{Error, ErrorKind, WorkerConnection};
-use crate::protocol::Grace;
+use crate::Grace;
 
 /// When to retire a worker, and how.
 #[derive(Debug, Clone, PartialEq)]

@@ -36,7 +36,7 @@ use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::transport::Server;
 
 use crate::protocol::worker_server::WorkerServer;
-pub use crate::protocol::Grace;
+pub use crate::Grace;
 pub use routine::{Routine, RoutineFuture, RoutineRegistry};
 use service::{IdleFastPath, WorkerService, WorkerState};
 use tls::ServerTls;

@@ -16,8 +16,9 @@ use super::metrics::{TaskEnd, WorkerMetrics};
 use super::routine::{Routine, RoutineRegistry};
 use crate::protocol::{
     self, request::Payload as RequestPayload, response::Payload as ResponsePayload,
-    worker_server::Worker, Ack, Grace, Idle, Message, Nack, StopRequest, Void,
+    worker_server::Worker, Ack, Idle, Message, Nack, StopRequest, Void,
 };
+use crate::Grace;
 
 /// Everything a serving worker keeps: its routines, its in-flight set and idle clock, and the
 /// stop machinery. Shared by the gRPC service and the [`WorkerHandle`](super::WorkerHandle).
