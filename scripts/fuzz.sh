@@ -46,8 +46,10 @@ for target in "${TARGETS[@]}"; do
         -max_total_time="$SECONDS_EACH" -timeout=20 -rss_limit_mb=4096 \
         -print_final_stats=1 >"$log" 2>&1; then
         outcome="no crash"
+        crashed=0
     else
         outcome="CRASH (see fuzz/artifacts/$target/ and the log below)"
+        crashed=1
         status=1
         tail -n 60 "$log"
     fi
@@ -55,7 +57,7 @@ for target in "${TARGETS[@]}"; do
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 | grep -o '[0-9]*' || echo "?")
     found=$(find "$scratch" -type f | wc -l)
-    if [[ "${FUZZ_MINIMISE:-0}" == 1 && $status == 0 ]]; then
+    if [[ "${FUZZ_MINIMISE:-0}" == 1 && $crashed == 0 ]]; then
         cp -n "$scratch"/* "$corpus"/ 2>/dev/null || true
         cargo +nightly fuzz cmin "$target" "$corpus" >/dev/null 2>&1 ||
             echo "fuzz: cmin of $target failed" >&2

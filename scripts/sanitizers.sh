@@ -57,7 +57,7 @@ asan() {
 
 tsan() {
     RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" \
-        TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" \
+        TSAN_OPTIONS="suppressions=$ROOT/scripts/tsan.supp:second_deadlock_stack=1" \
         cargo +nightly test -Zbuild-std --target "$HOST" --target-dir "$ROOT/target/tsan" \
         --features capi --lib --test connection --test queue --test ffi_housekeeping \
         --test rotation

@@ -32,8 +32,14 @@ fn under_valgrind() -> bool {
 
 /// How long a task must stay in flight for a freshly started C program to see it: valgrind
 /// makes a C program's first call take seconds (it instruments the whole library first).
+/// Whether the C programs run slowed down: under valgrind, or built with a sanitizer
+/// (scripts/sanitizers.sh). Deadlines and counts that only time bounds are scaled for it.
+fn slowed() -> bool {
+    under_valgrind() || std::env::var("WOOL_C_FLAGS").is_ok_and(|flags| flags.contains("sanitize"))
+}
+
 fn task_seconds(normally: f64) -> f64 {
-    if under_valgrind() {
+    if slowed() {
         15.0
     } else {
         normally
@@ -541,7 +547,7 @@ fn plaintext_stop_against_a_mutual_tls_worker_is_refused_and_it_keeps_running() 
 fn c_host_with_default_sigpipe_survives_a_rejected_client_certificate() {
     let pki = Pki::generate();
     let worker = mutual_worker(&pki);
-    let (processes, rounds) = if under_valgrind() { (2, "2") } else { (5, "4") };
+    let (processes, rounds) = if slowed() { (2, "2") } else { (5, "4") };
     for run in 0..processes {
         let output = run_program(
             harness(),
@@ -625,7 +631,7 @@ fn silent_peer() -> (std::net::TcpListener, String) {
 #[test]
 fn a_single_thread_keeps_10000_polls_in_flight_on_one_handle() {
     let worker = WorkerProcess::plaintext();
-    let count = if under_valgrind() { "2000" } else { "10000" };
+    let count = if slowed() { "2000" } else { "10000" };
     let out = run_case("queue-many", &[&worker.address, count]);
     assert!(out.contains("completed OK"), "{out}");
 }
@@ -668,7 +674,7 @@ fn one_call_polls_a_fleet_with_one_deadline() {
     let (legacy, server) = runtime.block_on(common::serve_legacy_worker());
     let (_silent, silent) = silent_peer();
     // A deadline the live polls meet even under valgrind's hundredfold slowdown.
-    let deadline = if under_valgrind() { "30" } else { "2" };
+    let deadline = if slowed() { "30" } else { "2" };
     let out = run_case("idle-many", &[&worker.address, &legacy, &silent, deadline]);
     assert!(out.contains("in one call"), "{out}");
     server.abort();
@@ -731,8 +737,8 @@ where
 {
     let runtime = rust_side_runtime();
     let worker = runtime.block_on(serve());
-    let timeout = if found && under_valgrind() { "30" } else { "2" };
-    let margin = if under_valgrind() { "15" } else { "3" };
+    let timeout = if found && slowed() { "30" } else { "2" };
+    let margin = if slowed() { "15" } else { "3" };
     let code = code.to_string();
     let mut args = vec![worker.address.as_str(), status, &code, timeout, margin];
     args.extend(ca.map(path));
