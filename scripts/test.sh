@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of libwool on a fresh machine: sets up what the tests need (the pinned Wool
-# virtual environments, Go modules), then runs each suite and prints a summary line.
+# virtual environments, Go modules, nightly Rust and cargo-fuzz for the fuzz and sanitizer
+# suites), then runs each suite and prints a summary line.
 #   ./scripts/test.sh            everything
 # Environment: CARGO_TEST_ARGS (extra args for `cargo test`, e.g. a test-name filter).
 set -uo pipefail
@@ -43,6 +44,10 @@ suite "C harness under valgrind" ./scripts/valgrind-c.sh
 suite "C consumers of the installed library (pkg-config, CMake)" ./scripts/consumers-test.sh
 suite "Go binding (go test -race)" ./scripts/go-test.sh
 suite "Python binding (pytest)" ./scripts/python-test.sh -q
+# Breaking it on purpose, in short forms (the long ones: README, "Breaking it on purpose").
+suite "hostile input: every fuzz target, 10 s each" ./scripts/fuzz.sh 10
+suite "sanitizers: ASan+LSan C harness, TSan concurrency tests, miri" ./scripts/sanitizers.sh
+suite "soak: C API vs a worker SIGKILLed every 10 s (2 min)" ./scripts/soak.sh 2
 
 echo
 if ((failed)); then

@@ -29,6 +29,15 @@ impl Target {
     /// Errors: [`ErrorKind::InvalidArgument`](super::ErrorKind::InvalidArgument) naming what is
     /// wrong (empty, unknown scheme, missing or out-of-range port, bad address).
     pub fn parse(text: &str) -> Result<Self, Error> {
+        Self::parse_with(text, 1)
+    }
+
+    /// As [`parse`](Self::parse), for an address to listen on: port 0 (any free port) allowed.
+    pub(crate) fn parse_listen(text: &str) -> Result<Self, Error> {
+        Self::parse_with(text, 0)
+    }
+
+    fn parse_with(text: &str, min_port: u16) -> Result<Self, Error> {
         let invalid =
             |why: &str| Error::invalid_argument(format!("invalid target {text:?}: {why}"));
         if text.is_empty() {
@@ -50,7 +59,7 @@ impl Target {
             return Ok(Target::Unix(PathBuf::from(path)));
         }
         if let Some(rest) = text.strip_prefix("ipv4:") {
-            let (host, port) = split_port(rest).map_err(&invalid)?;
+            let (host, port) = split_port(rest, min_port).map_err(&invalid)?;
             host.parse::<Ipv4Addr>()
                 .map_err(|_| invalid("not an IPv4 address"))?;
             return Ok(Target::Tcp {
@@ -59,7 +68,7 @@ impl Target {
             });
         }
         if let Some(rest) = text.strip_prefix("ipv6:") {
-            let (host, port) = split_port(rest).map_err(&invalid)?;
+            let (host, port) = split_port(rest, min_port).map_err(&invalid)?;
             let host =
                 unbracket(host).ok_or_else(|| invalid("IPv6 address must be in brackets"))?;
             host.parse::<Ipv6Addr>()
@@ -82,7 +91,7 @@ impl Target {
                 "unknown scheme or stray '/' (use host:port, dns:, ipv4:, ipv6: or unix:)",
             ));
         }
-        let (host, port) = split_port(rest).map_err(&invalid)?;
+        let (host, port) = split_port(rest, min_port).map_err(&invalid)?;
         let host = match unbracket(host) {
             Some(v6) => {
                 v6.parse::<Ipv6Addr>()
@@ -149,14 +158,16 @@ fn is_host_name(host: &str) -> bool {
         })
 }
 
-fn split_port(text: &str) -> Result<(&str, u16), &'static str> {
+/// `host:port`, the port at least `min_port` (1 to dial, 0 to listen on any free port).
+fn split_port(text: &str, min_port: u16) -> Result<(&str, u16), &'static str> {
     let (host, port) = text.rsplit_once(':').ok_or("missing :port")?;
     if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
         return Err("port must be a number");
     }
     match port.parse::<u16>() {
-        Ok(0) | Err(_) => Err("port must be 1-65535"),
-        Ok(port) => Ok((host, port)),
+        Ok(port) if port >= min_port => Ok((host, port)),
+        _ if min_port == 0 => Err("port must be 0-65535"),
+        _ => Err("port must be 1-65535"),
     }
 }
 

@@ -16,15 +16,19 @@
 //! ```
 
 pub(crate) mod authority;
+mod error;
+mod health;
 pub mod idle;
+mod listen;
 pub mod metrics;
+mod reflection;
 pub mod routine;
 pub(crate) mod service;
+mod socket_file;
 mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,8 +41,14 @@ use tonic::transport::Server;
 
 use crate::protocol::worker_server::WorkerServer;
 pub use crate::Grace;
+pub use error::WorkerError;
+use health::Health;
+use listen::bind_side_port;
+pub use listen::ListenAddress;
+use reflection::{reflection_v1, reflection_v1alpha};
 pub use routine::{Routine, RoutineFuture, RoutineRegistry};
 use service::{IdleFastPath, WorkerService, WorkerState};
+use socket_file::{file_identity, remove_stale_socket, BoundSocket};
 use tls::ServerTls;
 pub use tls::{CredentialReload, ServerCredentialFiles, ServerCredentials};
 
@@ -50,64 +60,6 @@ pub const MAX_CONCURRENT_STREAMS: u32 = 1024;
 
 /// How long a stopped worker waits for its connections to close before it ends anyway.
 const SHUTDOWN_LINGER: Duration = Duration::from_secs(5);
-
-/// Errors of building or running a worker.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    /// The listen address could not be parsed (`host:port` or `unix:PATH`).
-    #[error("invalid listen address {0:?}: expected host:port or unix:PATH")]
-    InvalidAddress(String),
-    /// Binding the listener failed.
-    #[error("cannot listen on {address}: {source}")]
-    Bind {
-        /// The address as given.
-        address: String,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// The TLS material could not be used.
-    #[error("invalid TLS configuration: {0}")]
-    Tls(String),
-    /// The server-reflection service could not be built from the protocol's descriptors.
-    #[error("cannot build server reflection: {0}")]
-    Reflection(String),
-    /// The gRPC server failed while serving.
-    #[error("worker server failed: {0}")]
-    Serve(#[from] tonic::transport::Error),
-    /// The server task panicked or was aborted.
-    #[error("worker server task ended abnormally: {0}")]
-    Join(#[from] tokio::task::JoinError),
-}
-
-/// Where a worker listens: a TCP `host:port` (port 0 picks a free port) or a Unix socket path.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ListenAddress {
-    /// TCP, e.g. `127.0.0.1:0` or `[::1]:50051`.
-    Tcp(String),
-    /// A Unix domain socket at this path (given as `unix:PATH` or `unix:///abs/path`).
-    Unix(PathBuf),
-}
-
-impl FromStr for ListenAddress {
-    type Err = WorkerError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let invalid = || WorkerError::InvalidAddress(s.to_string());
-        if let Some(rest) = s.strip_prefix("unix:") {
-            let path = rest.strip_prefix("//").unwrap_or(rest);
-            if path.is_empty() {
-                return Err(invalid());
-            }
-            return Ok(ListenAddress::Unix(PathBuf::from(path)));
-        }
-        match s.rsplit_once(':') {
-            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
-                Ok(ListenAddress::Tcp(s.to_string()))
-            }
-            _ => Err(invalid()),
-        }
-    }
-}
 
 /// Entry point: `Worker::builder()`.
 #[derive(Debug)]
@@ -352,61 +304,6 @@ where
     tokio::spawn(router.serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned()))
 }
 
-/// The worker's `grpc.health.v1.Health` (tonic-health): SERVING from start-up, for the whole
-/// server (`""`) and for the `Worker` service; NOT_SERVING for both as soon as a stop begins, so
-/// that load balancers and probes drain the worker while it finishes its in-flight work.
-struct Health {
-    service: tonic_health::pb::health_server::HealthServer<tonic_health::server::HealthService>,
-}
-
-impl Health {
-    async fn start(state: &Arc<WorkerState>) -> Self {
-        let reporter = tonic_health::server::HealthReporter::new();
-        let service = tonic_health::pb::health_server::HealthServer::new(
-            tonic_health::server::HealthService::from_health_reporter(reporter.clone()),
-        );
-        reporter.set_serving::<WorkerServer<WorkerService>>().await;
-        let begun = state.stop_begun.clone();
-        tokio::spawn(async move {
-            begun.cancelled().await;
-            reporter
-                .set_service_status("", tonic_health::ServingStatus::NotServing)
-                .await;
-            reporter
-                .set_not_serving::<WorkerServer<WorkerService>>()
-                .await;
-        });
-        Self { service }
-    }
-
-    /// Serves health alone on `address` (plaintext TCP) until `shutdown`; its bound address.
-    async fn serve_alone(
-        &self,
-        address: &str,
-        shutdown: tokio_util::sync::CancellationToken,
-    ) -> Result<String, WorkerError> {
-        let (listener, local) = bind_side_port(address).await?;
-        let router = Server::builder().add_service(self.service.clone());
-        tokio::spawn(router.serve_with_incoming_shutdown(
-            TcpListenerStream::new(listener),
-            shutdown.cancelled_owned(),
-        ));
-        Ok(local.to_string())
-    }
-}
-
-/// Binds a plaintext side port (health, metrics) on a TCP `host:port`; the listener and its
-/// address.
-async fn bind_side_port(address: &str) -> Result<(TcpListener, SocketAddr), WorkerError> {
-    let bind_error = |source| WorkerError::Bind {
-        address: address.to_owned(),
-        source,
-    };
-    let listener = TcpListener::bind(address).await.map_err(bind_error)?;
-    let local = listener.local_addr().map_err(bind_error)?;
-    Ok((listener, local))
-}
-
 /// Serves the worker's metrics over HTTP on `address` until the worker shuts down; the bound
 /// address.
 async fn serve_metrics(address: &str, state: &Arc<WorkerState>) -> Result<String, WorkerError> {
@@ -420,66 +317,8 @@ async fn serve_metrics(address: &str, state: &Arc<WorkerState>) -> Result<String
     Ok(local.to_string())
 }
 
-/// Server reflection (tonic-reflection), v1: the worker describes its services, so grpcurl
-/// and other tools work without the .proto files.
-fn reflection_v1() -> Result<
-    tonic_reflection::server::v1::ServerReflectionServer<
-        impl tonic_reflection::server::v1::ServerReflection,
-    >,
-    WorkerError,
-> {
-    reflection()
-        .build_v1()
-        .map_err(|e| WorkerError::Reflection(e.to_string()))
-}
-
-/// Server reflection, v1alpha (what older grpcurl and grpc_cli versions ask for).
-fn reflection_v1alpha() -> Result<
-    tonic_reflection::server::v1alpha::ServerReflectionServer<
-        impl tonic_reflection::server::v1alpha::ServerReflection,
-    >,
-    WorkerError,
-> {
-    reflection()
-        .build_v1alpha()
-        .map_err(|e| WorkerError::Reflection(e.to_string()))
-}
-
-fn reflection() -> tonic_reflection::server::Builder<'static> {
-    tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::protocol::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-}
-
-/// The Unix socket a worker bound and its file identity (see [`file_identity`]).
-type BoundSocket = (PathBuf, (u64, u64));
-
 /// The task serving the gRPC server.
 type ServerTask = JoinHandle<Result<(), tonic::transport::Error>>;
-
-/// Removes a leftover socket file so a restarted worker can bind the same path: only a socket
-/// (never another kind of file) and only a dead one (nobody accepts on it). A live worker's
-/// socket is left alone, and binding then fails with "address in use", as TCP does.
-fn remove_stale_socket(path: &std::path::Path) {
-    use std::os::unix::fs::FileTypeExt;
-    let is_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
-    let refused = || {
-        std::os::unix::net::UnixStream::connect(path)
-            .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
-    };
-    if is_socket && refused() {
-        let _ = std::fs::remove_file(path);
-    }
-}
-
-/// The identity (device, inode) of the socket file this worker bound, so that at exit it removes
-/// its own socket and never one that another process has put at the same path since.
-fn file_identity(path: &std::path::Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path)
-        .ok()
-        .map(|m| (m.dev(), m.ino()))
-}
 
 /// A serving worker: its address, idle reading, and stop.
 #[derive(Debug)]
