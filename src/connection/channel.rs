@@ -123,10 +123,6 @@ impl ConnectionState {
         let reason = error.reason().unwrap_or(h2::Reason::INTERNAL_ERROR);
         let cause = if error.is_go_away() && error.is_remote() {
             Cause::GoingAway
-        } else if error.is_go_away() && reason == h2::Reason::ENHANCE_YOUR_CALM {
-            // This client's h2 closed the connection over what it judged excessive load from
-            // the worker (see DATA_FRAME_BUDGET): the next call dials anew.
-            Cause::GoingAway
         } else if error.is_reset() && error.is_remote() {
             match reason {
                 h2::Reason::REFUSED_STREAM => Cause::GoingAway,
@@ -422,10 +418,11 @@ impl tower::Service<http::Request<tonic::body::Body>> for Http2Channel {
 /// (0.4.20) charges it for a frame that arrives on a stream this client already reset — the
 /// answer to a call that timed out locally or was cancelled — and never gives it back, so with
 /// its default (25,600) about a hundred late answers made h2 close a healthy connection with
-/// GOAWAY `ENHANCE_YOUR_CALM` "too_many_data_frames", failing every call on it. This budget
-/// puts that off past hundreds of thousands of late answers (a connection that still reaches
-/// it is closed and replaced, its calls transient); the memory it guards stays bounded by
-/// the connection's flow-control window.
+/// GOAWAY `ENHANCE_YOUR_CALM` "too_many_data_frames", failing every call on it as a protocol
+/// failure. This budget puts that off past hundreds of thousands of late answers on one
+/// connection; the memory it guards stays bounded by the connection's flow-control window. (A
+/// flood h2 does catch, e.g. endless CONTINUATION frames, stays a protocol failure: the worker
+/// misbehaves.)
 const DATA_FRAME_BUDGET: usize = 64 * 1024 * 1024;
 
 /// How long a new TLS connection waits for the worker's first bytes (see
