@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from run import latency, parse_output  # the drivers print raw samples; run.py summarises them
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "target" / "bench"
 PROF = OUT / "prof"
@@ -59,8 +61,7 @@ def counted(argv: list[str], worker_pid: int, calls: int, tag: str) -> dict:
                           capture_output=True, text=True, check=True)
     wstat.send_signal(signal.SIGINT)
     wstat.wait(30)
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    row = {"median_us": result["median_us"]}
+    row = {"median_us": latency(parse_output(done.stdout))["median_us"]}
     for who, f in (("client", cfile), ("worker", wfile)):
         if who == "worker" and worker_pid <= 0:
             continue

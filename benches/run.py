@@ -6,6 +6,11 @@ can be: ``python3 benches/run.py --bench-bin PATH --c-bin DIR --go-bin PATH --wo
 (``--grpc-go-bin PATH``, default target/bench/bin/grpc-go-bench: the grpc-go anchor, layer (h)
 and the "grpc_go" concurrency driver; left out, with a note, when that file does not exist).
 
+The drivers (benches/wool_bench.rs, benches/c, benches/go, benches/grpc-go, benches/python)
+print raw measurements: one sample per operation in integer nanoseconds, totals, counts. Every
+statistic in the results is computed here, in one place (the "driver output, statistics"
+section below), the same way for every driver.
+
 Writes target/bench/results.json and prints a markdown table on stdout (progress goes to
 stderr). ``--only SECTIONS`` (sequential, concurrency, fleet, memory, dispatch, discovery) runs
 some sections: written to results-SECTIONS.json and merged into results.json, and (not QUICK)
@@ -46,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import resource
@@ -153,8 +159,10 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_json(argv: list[str], what: str, timeout: float = 600, **kw) -> dict:
-    """Runs a driver; returns its last stdout line as JSON plus its CPU time."""
+def run_driver(argv: list[str], what: str, summary=None, timeout: float = 600, **kw) -> dict:
+    """Runs a driver and reads its output (parse_output); `summary` (one of the functions
+    below) turns the raw measurements into the figures the results keep. Adds the driver
+    process's CPU time (_cpu_s) and wall time (_wall_s), as the harness measured them."""
     before = children_cpu()
     t = time.perf_counter()
     argv = [str(x) for x in argv]
@@ -162,8 +170,12 @@ def run_json(argv: list[str], what: str, timeout: float = 600, **kw) -> dict:
     wall = time.perf_counter() - t
     if done.returncode != 0:
         raise RuntimeError(f"{what} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
-    lines = [l for l in done.stdout.splitlines() if l.strip()]
-    result = json.loads(lines[-1])
+    try:
+        result = parse_output(done.stdout)
+        if summary is not None:
+            result = summary(result)
+    except (ValueError, KeyError, IndexError, TypeError) as e:
+        raise RuntimeError(f"{what}: unreadable output ({e!r}): {done.stdout[-500:]!r}") from e
     result["_cpu_s"] = children_cpu() - before
     result["_wall_s"] = wall
     return result
@@ -204,6 +216,182 @@ def proc_memory(pid: int, port: int) -> dict:
                 to_port += 1
     return {"rss_mib": round(rss_kb / 1024, 2), "threads": threads, "sockets": len(inodes),
             "tcp_established": established, "tcp_to_worker": to_port}
+
+
+# ---------------------------------------------------------------- driver output, statistics
+#
+# The drivers measure; this harness computes. A driver prints its raw measurements and the
+# totals only it can know, nothing derived from them:
+#
+#   * durations of single operations (a poll, a sweep, a listing) as integer nanoseconds, in
+#     lists named *_ns, one element per operation, in the order they ran;
+#   * totals in seconds: elapsed_s (wall time of the timed part), cpu_s (the process's CPU
+#     time over it, all threads);
+#   * counts (ok, failed, bursts, ...) and the text of the first error (first_error, "" if none).
+#
+# The Rust, Go and Python drivers print that as one JSON object (their last line on stdout),
+# written by serde_json, encoding/json and json. The C drivers print records (parse_records):
+# C has no JSON writer to lean on. The statistics of a run (medians, percentiles, means,
+# rates) are computed by the functions below, from those raw figures, the same for every
+# driver; percentiles (the median included) are nearest-rank (quantile). The sections then
+# combine runs (medians of rounds and processes: statistics.median) and take ratios.
+#
+# The driver outputs, and the function that summarises each (run_driver's `summary`):
+#
+#   latency           sequential polls: {"samples_ns": [one per poll], "elapsed_s", "cpu_s"}
+#   burst_rates       bursts: {"levels": [{"concurrency", "bursts", "ok", "failed",
+#                     "elapsed_s", "first_error"}, ...]}
+#   closed_loop_rate  dispatch: {"concurrency", "elapsed_s", "ok", "failed", "first_error"}
+#   poller_rate       the fixed-rate poller: {"ok", "failed", "elapsed_s"}
+#   sweep_times       fleet sweeps: {"endpoints", "concurrency", "sweep_ns": [cold, warm...],
+#                     "failures": [one per sweep], "first_error"}
+#   listing_times     registry listings: {"namespace", "counts", "kept_ns": [...],
+#                     "fresh_ns": [...], "cpu_s", "poll": <sequential polls>}
+#
+# Other keys a driver adds (library, mode, max_threads, os_threads_max...) pass through.
+
+
+def parse_output(stdout: str) -> dict:
+    """A driver's stdout: a JSON object on its last non-blank line, or the C drivers'
+    records (the whole output; a record line never starts with "{")."""
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    if not lines:
+        raise ValueError("no output")
+    if lines[-1].lstrip().startswith("{"):
+        return json.loads(lines[-1])
+    return parse_records(stdout)
+
+
+def parse_records(text: str) -> dict:
+    """The C drivers' output format (benches/c/timing.h), one field per line:
+
+        NAME VALUE          a number (int or float)
+        NAME[] V V V ...    a list of numbers (possibly empty)
+        NAME: TEXT          text: the rest of the line after ": ", verbatim
+        [NAME]              a new object appended to the top-level list NAME; the fields
+                            after it, up to the next [NAME], are that object's
+
+    into the dict the same driver would print as JSON."""
+    out: dict = {}
+    into = out
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            into = {}
+            out.setdefault(line[1:-1], []).append(into)
+            continue
+        name, _, value = line.partition(" ")
+        if name.endswith("[]"):
+            into[name[:-2]] = [_number(v) for v in value.split()]
+        elif name.endswith(":"):
+            into[name[:-1]] = value
+        else:
+            into[name] = _number(value)
+    return out
+
+
+def _number(text: str) -> int | float:
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def quantile(ordered: list, q: float):
+    """The q-quantile of `ordered` (sorted ascending), nearest rank: the smallest element with
+    at least a q share of the elements at or below it."""
+    if not ordered:
+        raise ValueError("quantile of no samples")
+    return ordered[min(max(math.ceil(q * len(ordered)), 1), len(ordered)) - 1]
+
+
+def per_second(count: float, elapsed_s: float) -> float:
+    return round(count / elapsed_s, 1) if elapsed_s > 0 else 0.0
+
+
+def _us(ns: float) -> float:
+    return round(ns / 1e3, 2)
+
+
+def latency(raw: dict) -> dict:
+    """A sequential run (one call at a time) -> n, median / p99 / mean / min (µs), calls per
+    second over the timed loop, client CPU µs per call."""
+    samples = sorted(raw.pop("samples_ns"))
+    n = len(samples)
+    out = {"n": n, "median_us": _us(quantile(samples, 0.5)),
+           "p99_us": _us(quantile(samples, 0.99)), "mean_us": _us(sum(samples) / n),
+           "min_us": _us(samples[0]), "polls_per_s": per_second(n, raw.pop("elapsed_s")),
+           "cpu_us_per_poll": round(raw.pop("cpu_s") * 1e6 / n, 2)}
+    out.update(raw)
+    return out
+
+
+def burst_rates(raw: dict) -> dict:
+    """A burst driver's levels -> one row each, with polls/s (ok + failed) over the level's
+    time (kept as _elapsed_s, for the section to divide the worker's CPU by)."""
+    rows = []
+    for level in raw["levels"]:
+        elapsed = level.pop("elapsed_s")
+        row = {"concurrency": level.pop("concurrency"), "bursts": level.pop("bursts"),
+               "ok": level.pop("ok"), "failed": level.pop("failed")}
+        row["polls_per_s"] = per_second(row["ok"] + row["failed"], elapsed)
+        row["first_error"] = str(level.pop("first_error", ""))
+        row.update(level)
+        row["_elapsed_s"] = elapsed
+        rows.append(row)
+    raw["levels"] = rows
+    return raw
+
+
+def closed_loop_rate(raw: dict) -> dict:
+    """A closed-loop run (CONCURRENCY callers back to back) -> tasks/s (successes)."""
+    elapsed = raw.pop("elapsed_s")
+    out = {"concurrency": raw.pop("concurrency"), "seconds": round(elapsed, 3),
+           "ok": raw.pop("ok"), "failed": raw.pop("failed")}
+    out["tasks_per_s"] = per_second(out["ok"], elapsed)
+    out["first_error"] = str(raw.pop("first_error", ""))
+    out.update(raw)
+    return out
+
+
+def poller_rate(raw: dict) -> dict:
+    """The fixed-rate poller -> the rate it achieved (ok + failed)."""
+    elapsed = raw.pop("elapsed_s")
+    out = {"ok": raw.pop("ok"), "failed": raw.pop("failed")}
+    out["polls_per_s"] = per_second(out["ok"] + out["failed"], elapsed)
+    out.update(raw)
+    return out
+
+
+def sweep_times(raw: dict) -> dict:
+    """One process's sweeps (the first cold, the rest warm) -> their times in ms."""
+    ms = [round(ns / 1e6, 2) for ns in raw.pop("sweep_ns")]
+    out = {"endpoints": raw.pop("endpoints"), "concurrency": raw.pop("concurrency"),
+           "cold_ms": ms[0], "warm_ms": ms[1:], "failures": raw.pop("failures"),
+           "first_error": str(raw.pop("first_error", ""))}
+    out.update(raw)
+    return out
+
+
+def listing_times(raw: dict) -> dict:
+    """Registry listings (kept LocalDiscovery, and a fresh one each time) -> the first, median,
+    p90, min and mean (µs), CPU µs per kept listing, the fresh ones' median, and the polls made
+    in the same process (latency)."""
+    kept, fresh = raw.pop("kept_ns"), sorted(raw.pop("fresh_ns"))
+    ordered = sorted(kept)
+    counts = raw.pop("counts")
+    out = {"namespace": raw.pop("namespace"), "reps": len(kept),
+           "workers": max(counts, default=0), "counts": counts, "first_us": _us(kept[0]),
+           "median_us": _us(quantile(ordered, 0.5)), "p90_us": _us(quantile(ordered, 0.9)),
+           "min_us": _us(ordered[0]), "mean_us": _us(sum(kept) / len(kept)),
+           "cpu_us_per_list": round(raw.pop("cpu_s") * 1e6 / len(kept), 2),
+           "fresh_median_us": _us(quantile(fresh, 0.5))}
+    if "poll" in raw:
+        out["poll"] = latency(raw.pop("poll"))
+    out.update(raw)
+    return out
 
 
 # ---------------------------------------------------------------- the sections
@@ -270,12 +458,12 @@ def section_sequential(tools: dict, addr: str, worker: Server, rounds: int,
             log(f"sequential ({where}) round {r + 1}/{rounds}: ({key}) {label}")
             serving = uds_worker if key == "c_uds" else worker
             w0 = serving.cpu_seconds()
-            res = run_json(prefix + [str(x) for x in argv], label, **kw)
+            res = run_driver(prefix + [str(x) for x in argv], label, latency, **kw)
             res["_worker_cpu_s"] = serving.cpu_seconds() - w0
             runs[key].append(res)
         log(f"sequential ({where}) round {r + 1}/{rounds}: (g) floor, one-byte TCP ping-pong")
         ping = [str(tools["pingpong"]), CFG["FLOOR_N"], 2000] + (list(cpus) if cpus else [])
-        runs["g"].append(run_json(ping, "pingpong"))
+        runs["g"].append(run_driver(ping, "pingpong", latency))
     if cpus:
         set_affinity(worker.proc.pid, all_cpus)
     if uds_worker is not None:
@@ -351,11 +539,12 @@ def section_concurrency(tools: dict, addr: str, worker: Server) -> dict:
             w0 = worker.cpu_seconds()
             kw = {"env": dict(os.environ, LIBWOOL_PATH=str(tools["libwool"]))} \
                 if key == "py_asyncio" else {}
-            res = run_json(argv(str(level)), f"{key} burst {level}", timeout=900, **kw)
+            res = run_driver(argv(str(level)), f"{key} burst {level}", burst_rates, timeout=900,
+                           **kw)
             busy_cpu = worker.cpu_seconds() - w0
             for row in res["levels"]:
                 polls = row["ok"] + row["failed"]
-                seconds = polls / row["polls_per_s"] if row["polls_per_s"] else 0
+                seconds = row.pop("_elapsed_s")
                 row["worker_busy"] = round(busy_cpu / seconds, 2) if seconds else None
                 row["worker_cpu_us_per_poll"] = round(busy_cpu / max(polls, 1) * 1e6, 1)
                 # the whole driver process, start-up included (Python's is ~0.5 s of it)
@@ -421,18 +610,20 @@ def woolctl_sweep(tools: dict, addrs: list[str], conc: int, timeout: float) -> d
     argv = [str(tools["woolctl"]), "--output", "json", "--max-in-flight", str(conc),
             "--rpc-timeout", f"{timeout:g}s", "sweep", *addrs]
     before = children_cpu()
-    t = time.perf_counter()
+    t = time.perf_counter_ns()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    wall = (time.perf_counter() - t) * 1e3
+    wall_ns = time.perf_counter_ns() - t
     cpu = children_cpu() - before
     rows = [json.loads(l) for l in done.stdout.splitlines() if l.strip().startswith("{")]
     if done.returncode not in (0, 1) or len(rows) != len(addrs):
         raise RuntimeError(f"woolctl sweep failed ({done.returncode}, {len(rows)} rows): "
                            f"{done.stderr.strip()[-2000:]}")
     failed = [r for r in rows if not r.get("ok")]
-    return {"endpoints": len(rows), "concurrency": conc, "cold_ms": round(wall, 2), "warm_ms": [],
-            "failures": [len(failed)],
-            "first_error": json.dumps(failed[0].get("error")) if failed else "", "_cpu_s": cpu}
+    res = sweep_times({"endpoints": len(rows), "concurrency": conc, "sweep_ns": [wall_ns],
+                       "failures": [len(failed)],
+                       "first_error": json.dumps(failed[0].get("error")) if failed else ""})
+    res["_cpu_s"] = cpu
+    return res
 
 
 def section_fleet(tools: dict) -> dict:
@@ -477,8 +668,8 @@ def section_fleet(tools: dict) -> dict:
                     if key == "woolctl":
                         res = woolctl_sweep(tools, interleaved[:n], conc, timeout)
                     else:
-                        res = run_json([str(x) for x in argv(paths[n])], f"fleet {key} {n}",
-                                       env=libenv)
+                        res = run_driver([str(x) for x in argv(paths[n])], f"fleet {key} {n}",
+                                       sweep_times, env=libenv)
                     runs[n][key].append(res)
                     # Let the servers close the last client's connections.
                     time.sleep(0.3 + n / 10000)
@@ -496,8 +687,7 @@ def section_fleet(tools: dict) -> dict:
             warm = [t for x in rs for t in x["warm_ms"]]
             table[key] = {"cold_ms": cold, "cold_median_ms": med(cold), "warm_ms": warm,
                           "warm_median_ms": med(warm),
-                          "warm_p90_ms": round(sorted(warm)[max(0, -(-len(warm) * 9 // 10) - 1)],
-                                               2) if warm else None,
+                          "warm_p90_ms": quantile(sorted(warm), 0.9) if warm else None,
                           "failures": sum(sum(x["failures"]) for x in rs),
                           "first_error": next((x["first_error"] for x in rs
                                                if x.get("first_error")), ""),
@@ -534,8 +724,8 @@ def section_discovery(tools: dict, worker: Server) -> dict:
             raise RuntimeError(f"wool_registry.py: expected ready, got {line!r}")
         out["publisher"] = json.loads(line[len("ready"):])
         log(f"discovery: {reps} listings, then {CFG['DISCOVERY_POLL_N']} sequential polls")
-        res = run_json([str(tools["bench"]), "discover", namespace, str(reps), worker.address,
-                        str(CFG["DISCOVERY_POLL_N"])], "discover")
+        res = run_driver([str(tools["bench"]), "discover", namespace, str(reps), worker.address,
+                        str(CFG["DISCOVERY_POLL_N"])], "discover", listing_times)
         out.update({k: res[k] for k in ("reps", "workers", "counts", "first_us", "median_us",
                                         "p90_us", "min_us", "mean_us", "cpu_us_per_list",
                                         "fresh_median_us")})
@@ -641,7 +831,8 @@ def section_dispatch(tools: dict, addr: str, worker: Server) -> dict:
 
     def ours(label: str) -> dict:
         w0 = worker.cpu_seconds()
-        res = run_json([bench, "dispatch", addr, str(conc), str(secs), str(nbytes)], label)
+        res = run_driver([bench, "dispatch", addr, str(conc), str(secs), str(nbytes)], label,
+                       closed_loop_rate)
         res["worker_cpu_us_per_task"] = round(
             (worker.cpu_seconds() - w0) / max(res["ok"], 1) * 1e6, 1)
         return res
@@ -649,19 +840,20 @@ def section_dispatch(tools: dict, addr: str, worker: Server) -> dict:
     log("dispatch: ours, WorkerConnection::dispatch(echo)")
     out["ours_connection"] = ours("dispatch")
     log("dispatch: ours, raw stub replaying a Task (the same client code as for Wool)")
-    out["ours_raw"] = run_json([bench, "dispatch-raw", addr, str(conc), str(secs), str(rust_tpl)],
-                               "dispatch-raw ours")
+    out["ours_raw"] = run_driver([bench, "dispatch-raw", addr, str(conc), str(secs), str(rust_tpl)],
+                               "dispatch-raw ours", closed_loop_rate)
 
     log("dispatch: starting a Wool 0.15.7 Python worker (LocalWorker)")
     wool = Server("Wool Python worker", [py, str(ROOT / "tests/interop/wool_worker.py"),
                                          "--ignore-stdin"], stderr=subprocess.DEVNULL)
     try:
         log("dispatch: Wool worker, raw stub replaying Wool's own Task encoding")
-        out["wool_raw"] = run_json([bench, "dispatch-raw", wool.address, str(conc), str(secs),
-                                    str(wool_tpl)], "dispatch-raw wool")
+        out["wool_raw"] = run_driver([bench, "dispatch-raw", wool.address, str(conc), str(secs),
+                                    str(wool_tpl)], "dispatch-raw wool", closed_loop_rate)
         log("dispatch: Wool worker, Wool's own client (WorkerProxy + @wool.routine echo)")
-        out["wool_e2e"] = run_json([py, str(ROOT / "benches/python/wool_dispatch.py"), "e2e",
-                                    wool.address, str(conc), str(secs), str(nbytes)], "wool e2e")
+        out["wool_e2e"] = run_driver([py, str(ROOT / "benches/python/wool_dispatch.py"), "e2e",
+                                    wool.address, str(conc), str(secs), str(nbytes)], "wool e2e",
+                                   closed_loop_rate)
     finally:
         wool.stop()
 
@@ -683,7 +875,7 @@ def section_dispatch(tools: dict, addr: str, worker: Server) -> dict:
             poller_cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
         finally:
             poller.stdin.close()
-        res = json.loads(poller.stdout.read().strip().splitlines()[-1])
+        res = poller_rate(parse_output(poller.stdout.read()))
         poller.wait(30)
         res["cpu_s"] = poller_cpu
         pollers.append(res)

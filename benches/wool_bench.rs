@@ -1,44 +1,69 @@
-//! `wool_bench`: the Rust side of the benchmark harness (`scripts/bench.sh`, BENCHMARKS.md).
+//! `wool_bench`: the Rust benchmark driver program.
 //!
-//! Not a test and never asserts on time: each subcommand measures one thing against a worker
-//! that the harness started and prints ONE line of JSON on stdout (the harness collects them
-//! into `target/bench/results.json`). Built by `cargo bench --no-run --bench wool_bench`
-//! (`harness = false`); run with no subcommand (as `cargo bench` / `cargo test --all-targets`
-//! do) it prints a note and exits 0.
+//! `benches/run.py` (run by `scripts/bench.sh`, see BENCHMARKS.md) starts the workers and runs
+//! this program once per measurement, as it runs the C, Go and Python drivers. Built by
+//! `cargo bench --no-run --bench wool_bench` (`harness = false`); run with no sub-command (as
+//! `cargo bench` and `cargo test --all-targets` do) it prints a note and exits 0. Not a test:
+//! nothing here asserts on time.
+//!
+//! # Output
+//!
+//! A measuring sub-command prints ONE line of JSON on stdout (serde_json): what it measured,
+//! raw, and the totals only this process knows. No statistics: `benches/run.py` computes every
+//! median, percentile, mean and rate, from every driver's raw figures alike. Units:
+//!
+//! * a duration of one operation (a poll, a sweep, a listing): integer nanoseconds, in lists
+//!   named `*_ns`, in the order the operations ran;
+//! * totals: `elapsed_s`, the wall time of the timed part, and `cpu_s`, this process's CPU time
+//!   over it (all threads), in seconds;
+//! * counts (`ok`, `failed`, `bursts`) and `first_error`, the first failure's text (`""`: none).
+//!
+//! The shapes are the types under "Outputs" below ([`Latency`], [`Bursts`], [`Sweeps`],
+//! [`Listings`], [`ClosedLoop`], [`PollerRun`]); progress and diagnostics go to stderr.
+//!
+//! # Sub-commands
 //!
 //! ```text
-//! wool_bench seq-raw  ADDR N WARMUP current|multi   raw tonic stub (default Endpoint), sequential
-//! wool_bench seq-conn ADDR N WARMUP current|multi [no-keepalive]
-//!                                                   WorkerConnection::idle, sequential
-//! wool_bench burst    ADDR LEVELS SECONDS [no-keepalive]
-//!                                                   bursts of N concurrent idle() on one connection
-//!     (`no-keepalive`: the connection's keepalive off, to compare with the default, on)
-//! wool_bench fleet-serve N                          serves N Workers in this process; prints their
-//!                                                   addresses, then `ready`; ends at stdin EOF
-//! wool_bench sweep    ADDRFILE CONCURRENCY SWEEPS [TIMEOUT]
-//!                                                   wool::fleet::sweep over every address, once
-//!                                                   per sweep (CONCURRENCY = max_in_flight,
-//!                                                   TIMEOUT = the sweep's deadline, s, default 30):
-//!                                                   1 cold sweep (new connections) + SWEEPS warm
-//! wool_bench discover NS REPS [ADDR N]              LocalDiscovery::new(NS)?.list(), REPS times:
-//!                                                   first, median, p90 (µs) and the count; with
-//!                                                   ADDR, also N sequential WorkerConnection::idle
-//!                                                   polls of ADDR (current_thread) for comparison
-//! wool_bench handles  ADDR N                        N WorkerConnections, each polled once; prints
-//!                                                   `ready`, then waits for stdin EOF
-//! wool_bench dispatch ADDR CONCURRENCY SECONDS BYTES        WorkerConnection::dispatch("echo")
-//! wool_bench dispatch-raw ADDR CONCURRENCY SECONDS TEMPLATE raw stub replaying a Task template
-//!                                                   (prost bytes; fresh UUID id per dispatch)
-//! wool_bench poller   ADDR HZ SECONDS               idle polls at HZ (a fleet manager's poller)
-//!                                                   until stdin closes (at most SECONDS)
+//! seq-raw  ADDR N WARMUP current|multi      N sequential polls on the generated tonic stub
+//!                                           (default Endpoint), after WARMUP        -> Latency
+//! seq-conn ADDR N WARMUP current|multi [no-keepalive]
+//!                                           the same through WorkerConnection::idle -> Latency
+//! burst    ADDR LEVELS SECONDS [no-keepalive]
+//!                                           per level N: bursts of N concurrent idle() on one
+//!                                           WorkerConnection for SECONDS (>= 1 burst) -> Bursts
+//! fleet-serve N                             serves N Workers in this process; prints their
+//!                                           addresses, then `ready`; ends at stdin EOF
+//! sweep    ADDRFILE CONCURRENCY SWEEPS [TIMEOUT]
+//!                                           wool::fleet::sweep over every address
+//!                                           (max_in_flight = CONCURRENCY, one deadline of
+//!                                           TIMEOUT s per sweep, default 30): 1 cold sweep
+//!                                           (new connections) + SWEEPS warm          -> Sweeps
+//! discover NS REPS [ADDR N]                 LocalDiscovery listings of namespace NS: REPS on
+//!                                           one kept LocalDiscovery, REPS/4 on a fresh one
+//!                                           each; with ADDR, also N sequential
+//!                                           WorkerConnection::idle polls of ADDR   -> Listings
+//! handles  ADDR N                           N WorkerConnections, each polled once; prints
+//!                                           `ready {"handles","failed"}`, then waits for stdin
+//! dispatch ADDR CONCURRENCY SECONDS BYTES   closed loop of WorkerConnection::dispatch("echo")
+//!                                                                                -> ClosedLoop
+//! dispatch-raw ADDR CONCURRENCY SECONDS TEMPLATE
+//!                                           closed loop of raw-stub dispatches replaying a Task
+//!                                           template (prost bytes; fresh UUID id each)
+//!                                                                                -> ClosedLoop
+//! poller   ADDR HZ SECONDS                  idle polls at HZ (a fleet manager's poller); prints
+//!                                           `started`, polls until stdin closes (at most
+//!                                           SECONDS)                                -> PollerRun
 //! ```
+//! (`no-keepalive`: the connection's keepalive off, to compare with the default, on.)
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
+use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
@@ -64,39 +89,22 @@ fn main() {
     }
 }
 
-fn arg<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> Result<T, BoxError> {
-    args.get(i)
-        .ok_or_else(|| format!("missing argument {i}: {what}"))?
-        .parse()
-        .map_err(|_| format!("bad argument {i} ({what}): {:?}", args[i]).into())
-}
-
-fn runtime(kind: &str) -> Result<tokio::runtime::Runtime, BoxError> {
-    let mut builder = match kind {
-        "current" => tokio::runtime::Builder::new_current_thread(),
-        "multi" => tokio::runtime::Builder::new_multi_thread(),
-        other => return Err(format!("runtime must be current or multi, got {other}").into()),
-    };
-    Ok(builder.enable_all().build()?)
-}
-
+/// Runs the sub-command `args[0]`.
 fn run(args: &[String]) -> Result<(), BoxError> {
-    let line = match args[0].as_str() {
+    match args[0].as_str() {
         "seq-raw" | "seq-conn" => {
             let addr: String = arg(args, 1, "ADDR")?;
             let n: usize = arg(args, 2, "N")?;
             let warmup: usize = arg(args, 3, "WARMUP")?;
             let kind: String = arg(args, 4, "current|multi")?;
-            let rt = runtime(&kind)?;
-            let raw = args[0] == "seq-raw";
             let keepalive = keepalive_arg(args, 5)?;
-            rt.block_on(async move {
-                if raw {
-                    seq_raw(&addr, n, warmup).await
-                } else {
-                    seq_conn(&addr, n, warmup, keepalive).await
-                }
-            })?
+            let rt = runtime(&kind)?;
+            let latency = if args[0] == "seq-raw" {
+                rt.block_on(seq_raw(&addr, n, warmup))?
+            } else {
+                rt.block_on(seq_conn(&addr, n, warmup, keepalive))?
+            };
+            emit(&latency)
         }
         "burst" => {
             let addr: String = arg(args, 1, "ADDR")?;
@@ -107,11 +115,11 @@ fn run(args: &[String]) -> Result<(), BoxError> {
                 .map(|l| l.trim().parse())
                 .collect::<Result<_, _>>()?;
             let keepalive = keepalive_arg(args, 4)?;
-            runtime("multi")?.block_on(burst(&addr, &levels, seconds, keepalive))?
+            emit(&runtime("multi")?.block_on(burst(&addr, &levels, seconds, keepalive))?)
         }
         "fleet-serve" => {
             let n: usize = arg(args, 1, "N")?;
-            return runtime("multi")?.block_on(fleet_serve(n));
+            runtime("multi")?.block_on(fleet_serve(n))
         }
         "sweep" => {
             let file: String = arg(args, 1, "ADDRFILE")?;
@@ -128,7 +136,7 @@ fn run(args: &[String]) -> Result<(), BoxError> {
                 .filter(|l| !l.is_empty())
                 .map(String::from)
                 .collect();
-            runtime("multi")?.block_on(sweep(addrs, concurrency, sweeps, timeout))?
+            emit(&runtime("multi")?.block_on(sweep(addrs, concurrency, sweeps, timeout))?)
         }
         "discover" => {
             let namespace: String = arg(args, 1, "NS")?;
@@ -137,19 +145,19 @@ fn run(args: &[String]) -> Result<(), BoxError> {
                 Some(addr) => Some((addr.clone(), arg::<usize>(args, 4, "N")?)),
                 None => None,
             };
-            discover(&namespace, reps, poll)?
+            emit(&discover(&namespace, reps, poll)?)
         }
         "handles" => {
             let addr: String = arg(args, 1, "ADDR")?;
             let n: usize = arg(args, 2, "N")?;
-            return runtime("multi")?.block_on(handles(&addr, n));
+            runtime("multi")?.block_on(handles(&addr, n))
         }
         "dispatch" => {
             let addr: String = arg(args, 1, "ADDR")?;
             let concurrency: usize = arg(args, 2, "CONCURRENCY")?;
             let seconds: f64 = arg(args, 3, "SECONDS")?;
             let bytes: usize = arg(args, 4, "BYTES")?;
-            runtime("multi")?.block_on(dispatch(&addr, concurrency, seconds, bytes))?
+            emit(&runtime("multi")?.block_on(dispatch(&addr, concurrency, seconds, bytes))?)
         }
         "dispatch-raw" => {
             let addr: String = arg(args, 1, "ADDR")?;
@@ -157,18 +165,25 @@ fn run(args: &[String]) -> Result<(), BoxError> {
             let seconds: f64 = arg(args, 3, "SECONDS")?;
             let template: String = arg(args, 4, "TEMPLATE")?;
             let task = Task::decode(std::fs::read(&template)?.as_slice())?;
-            runtime("multi")?.block_on(dispatch_raw(&addr, concurrency, seconds, task))?
+            emit(&runtime("multi")?.block_on(dispatch_raw(&addr, concurrency, seconds, task))?)
         }
         "poller" => {
             let addr: String = arg(args, 1, "ADDR")?;
             let hz: f64 = arg(args, 2, "HZ")?;
             let seconds: f64 = arg(args, 3, "SECONDS")?;
-            runtime("current")?.block_on(poller(&addr, hz, seconds))?
+            emit(&runtime("current")?.block_on(poller(&addr, hz, seconds))?)
         }
-        other => return Err(format!("unknown subcommand {other}").into()),
-    };
-    println!("{line}");
-    Ok(())
+        other => Err(format!("unknown subcommand {other}").into()),
+    }
+}
+
+// ---------------------------------------------------------------- arguments, runtimes
+
+fn arg<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> Result<T, BoxError> {
+    args.get(i)
+        .ok_or_else(|| format!("missing argument {i}: {what}"))?
+        .parse()
+        .map_err(|_| format!("bad argument {i} ({what}): {:?}", args[i]).into())
 }
 
 /// Whether the optional argument at `i` leaves keepalive on (absent) or turns it off
@@ -181,6 +196,15 @@ fn keepalive_arg(args: &[String], i: usize) -> Result<bool, BoxError> {
     }
 }
 
+fn runtime(kind: &str) -> Result<tokio::runtime::Runtime, BoxError> {
+    let mut builder = match kind {
+        "current" => tokio::runtime::Builder::new_current_thread(),
+        "multi" => tokio::runtime::Builder::new_multi_thread(),
+        other => return Err(format!("runtime must be current or multi, got {other}").into()),
+    };
+    Ok(builder.enable_all().build()?)
+}
+
 /// A connection with Wool's default channel options, or with keepalive off.
 fn connection(addr: &str, keepalive: bool) -> Result<WorkerConnection, BoxError> {
     let mut options = wool::connection::ChannelOptions::default();
@@ -188,6 +212,126 @@ fn connection(addr: &str, keepalive: bool) -> Result<WorkerConnection, BoxError>
         options.keepalive_interval = None;
     }
     Ok(WorkerConnection::with_options(addr, None, options)?)
+}
+
+// ---------------------------------------------------------------- outputs
+
+/// Prints `output` as the one line of JSON the harness reads.
+fn emit(output: &impl Serialize) -> Result<(), BoxError> {
+    let line = serde_json::to_string(output)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// A sequential run: one sample per call (`seq-raw`, `seq-conn`, and `discover`'s polls).
+#[derive(Serialize)]
+struct Latency {
+    samples_ns: Vec<u64>,
+    elapsed_s: f64,
+    cpu_s: f64,
+}
+
+/// `burst`: one row per level.
+#[derive(Serialize)]
+struct Bursts {
+    levels: Vec<Level>,
+}
+
+/// One level of `burst`: `bursts` rounds of `concurrency` calls each, in `elapsed_s`.
+#[derive(Serialize)]
+struct Level {
+    concurrency: usize,
+    bursts: u64,
+    #[serde(flatten)]
+    tally: Tally,
+    elapsed_s: f64,
+}
+
+/// `dispatch`, `dispatch-raw`: `concurrency` callers back to back for `elapsed_s`.
+#[derive(Serialize)]
+struct ClosedLoop {
+    concurrency: usize,
+    elapsed_s: f64,
+    #[serde(flatten)]
+    tally: Tally,
+}
+
+/// `poller`: the polls made (failures counted, not kept) in `elapsed_s`.
+#[derive(Serialize)]
+struct PollerRun {
+    ok: u64,
+    failed: u64,
+    elapsed_s: f64,
+}
+
+/// `sweep`: the duration of each sweep (the first cold, then the warm ones) and its failures.
+#[derive(Serialize)]
+struct Sweeps {
+    endpoints: usize,
+    concurrency: usize,
+    sweep_ns: Vec<u64>,
+    failures: Vec<usize>,
+    first_error: String,
+}
+
+/// `discover`: each listing's duration, on the kept `LocalDiscovery` (`kept_ns`, with this
+/// process's CPU time over them) and on a fresh one each time (`fresh_ns`); the distinct
+/// worker counts the listings returned; the polls, if asked for.
+#[derive(Serialize)]
+struct Listings {
+    namespace: String,
+    counts: BTreeSet<usize>,
+    kept_ns: Vec<u64>,
+    fresh_ns: Vec<u64>,
+    cpu_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    poll: Option<Latency>,
+}
+
+/// Calls that succeeded, calls that failed, and the first failure's text.
+#[derive(Default, Serialize)]
+struct Tally {
+    ok: u64,
+    failed: u64,
+    first_error: String,
+}
+
+impl Tally {
+    fn record<T, E: std::fmt::Display>(&mut self, outcome: Result<T, E>) {
+        match outcome {
+            Ok(_) => self.ok += 1,
+            Err(e) => self.fail(e),
+        }
+    }
+
+    fn fail(&mut self, error: impl std::fmt::Display) {
+        self.failed += 1;
+        if self.first_error.is_empty() {
+            self.first_error = error.to_string();
+        }
+    }
+}
+
+/// Wall clock and this process's CPU clock from `start` on.
+struct Stopwatch {
+    wall: Instant,
+    cpu: f64,
+}
+
+impl Stopwatch {
+    fn start() -> Self {
+        Stopwatch {
+            cpu: process_cpu(),
+            wall: Instant::now(),
+        }
+    }
+
+    /// (elapsed wall seconds, CPU seconds) since `start`.
+    fn read(&self) -> (f64, f64) {
+        (self.wall.elapsed().as_secs_f64(), process_cpu() - self.cpu)
+    }
 }
 
 /// CPU time of this whole process (all threads), in seconds.
@@ -201,44 +345,43 @@ fn process_cpu() -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
 
-/// Latency summary of `samples` (nanoseconds, one per call) over `elapsed` wall time, with the
-/// process CPU time the calls took (`cpu` seconds).
-fn latency_json(mut samples: Vec<u64>, elapsed: Duration, cpu: f64) -> String {
-    samples.sort_unstable();
-    let n = samples.len().max(1);
-    let pick = |q: f64| samples[((q * n as f64).ceil() as usize).clamp(1, n) - 1] as f64 / 1e3;
-    let mean = samples.iter().sum::<u64>() as f64 / n as f64 / 1e3;
-    format!(
-        "{{\"n\":{},\"median_us\":{:.2},\"p99_us\":{:.2},\"mean_us\":{:.2},\"min_us\":{:.2},\
-         \"polls_per_s\":{:.1},\"cpu_us_per_poll\":{:.2}}}",
-        samples.len(),
-        pick(0.5),
-        pick(0.99),
-        mean,
-        samples.first().copied().unwrap_or(0) as f64 / 1e3,
-        samples.len() as f64 / elapsed.as_secs_f64(),
-        cpu * 1e6 / n as f64,
-    )
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// `warmup` calls, then `n` timed ones, one at a time.
+async fn sequential<T, E>(
+    n: usize,
+    warmup: usize,
+    mut call: impl AsyncFnMut() -> Result<T, E>,
+) -> Result<Latency, E> {
+    for _ in 0..warmup {
+        call().await?;
+    }
+    let mut samples_ns = Vec::with_capacity(n);
+    let clock = Stopwatch::start();
+    for _ in 0..n {
+        let t = Instant::now();
+        call().await?;
+        samples_ns.push(nanos(t.elapsed()));
+    }
+    let (elapsed_s, cpu_s) = clock.read();
+    Ok(Latency {
+        samples_ns,
+        elapsed_s,
+        cpu_s,
+    })
+}
+
+// ---------------------------------------------------------------- sequential polls
+
 /// (a) The generated stub on a tonic `Channel` with default settings.
-async fn seq_raw(addr: &str, n: usize, warmup: usize) -> Result<String, BoxError> {
+async fn seq_raw(addr: &str, n: usize, warmup: usize) -> Result<Latency, BoxError> {
     let channel = Endpoint::from_shared(format!("http://{addr}"))?
         .connect()
         .await?;
     let mut client = WorkerClient::new(channel);
-    for _ in 0..warmup {
-        client.idle(Void {}).await?;
-    }
-    let mut samples = Vec::with_capacity(n);
-    let cpu = process_cpu();
-    let start = Instant::now();
-    for _ in 0..n {
-        let t = Instant::now();
-        client.idle(Void {}).await?;
-        samples.push(t.elapsed().as_nanos() as u64);
-    }
-    Ok(latency_json(samples, start.elapsed(), process_cpu() - cpu))
+    Ok(sequential(n, warmup, async || client.idle(Void {}).await).await?)
 }
 
 /// (b) `WorkerConnection::idle` with a 10 s deadline (as a host would pass one).
@@ -247,22 +390,13 @@ async fn seq_conn(
     n: usize,
     warmup: usize,
     keepalive: bool,
-) -> Result<String, BoxError> {
+) -> Result<Latency, BoxError> {
     let conn = connection(addr, keepalive)?;
     let timeout = Some(Duration::from_secs(10));
-    for _ in 0..warmup {
-        conn.idle(timeout).await?;
-    }
-    let mut samples = Vec::with_capacity(n);
-    let cpu = process_cpu();
-    let start = Instant::now();
-    for _ in 0..n {
-        let t = Instant::now();
-        conn.idle(timeout).await?;
-        samples.push(t.elapsed().as_nanos() as u64);
-    }
-    Ok(latency_json(samples, start.elapsed(), process_cpu() - cpu))
+    Ok(sequential(n, warmup, async || conn.idle(timeout).await).await?)
 }
+
+// ---------------------------------------------------------------- concurrent polls
 
 /// Bursts of `level` concurrent `idle()` calls (tokio tasks) on one `WorkerConnection`,
 /// repeated until `seconds` have passed (at least one burst per level).
@@ -271,13 +405,13 @@ async fn burst(
     levels: &[usize],
     seconds: f64,
     keepalive: bool,
-) -> Result<String, BoxError> {
+) -> Result<Bursts, BoxError> {
     let conn = Arc::new(connection(addr, keepalive)?);
     conn.idle(Some(Duration::from_secs(10))).await?; // connect outside the measurement
     let mut rows = Vec::new();
     for &level in levels {
-        let (mut ok, mut failed, mut bursts) = (0u64, 0u64, 0u64);
-        let mut first_error = String::new();
+        let mut tally = Tally::default();
+        let mut bursts = 0u64;
         let budget = Duration::from_secs_f64(seconds);
         let start = Instant::now();
         while bursts == 0 || start.elapsed() < budget {
@@ -288,48 +422,23 @@ async fn burst(
             }
             while let Some(joined) = set.join_next().await {
                 match joined {
-                    Ok(Ok(_)) => ok += 1,
-                    Ok(Err(e)) => {
-                        failed += 1;
-                        if first_error.is_empty() {
-                            first_error = e.to_string();
-                        }
-                    }
-                    Err(e) => {
-                        failed += 1;
-                        if first_error.is_empty() {
-                            first_error = e.to_string();
-                        }
-                    }
+                    Ok(outcome) => tally.record(outcome),
+                    Err(e) => tally.fail(e), // the task panicked or was cancelled
                 }
             }
             bursts += 1;
         }
-        let elapsed = start.elapsed().as_secs_f64();
-        rows.push(format!(
-            "{{\"concurrency\":{level},\"bursts\":{bursts},\"ok\":{ok},\"failed\":{failed},\
-             \"polls_per_s\":{:.1},\"first_error\":{}}}",
-            (ok + failed) as f64 / elapsed,
-            json_str(&first_error)
-        ));
+        rows.push(Level {
+            concurrency: level,
+            bursts,
+            tally,
+            elapsed_s: start.elapsed().as_secs_f64(),
+        });
     }
-    Ok(format!("{{\"levels\":[{}]}}", rows.join(",")))
+    Ok(Bursts { levels: rows })
 }
 
-fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
+// ---------------------------------------------------------------- fleets
 
 /// Serves `n` workers (echo, sleep) on 127.0.0.1:0 in this process until stdin closes.
 async fn fleet_serve(n: usize) -> Result<(), BoxError> {
@@ -366,7 +475,7 @@ async fn sweep(
     concurrency: usize,
     sweeps: usize,
     timeout: f64,
-) -> Result<String, BoxError> {
+) -> Result<Sweeps, BoxError> {
     let conns: Vec<WorkerConnection> = addrs
         .iter()
         .map(|a| WorkerConnection::new(a))
@@ -374,101 +483,76 @@ async fn sweep(
     let mut options = wool::fleet::SweepOptions::default();
     options.max_in_flight = concurrency.max(1);
     options.timeout = Some(Duration::from_secs_f64(timeout));
-    let mut times = Vec::new();
-    let mut failures = Vec::new();
-    let mut first_error = String::new();
+    let mut out = Sweeps {
+        endpoints: conns.len(),
+        concurrency,
+        sweep_ns: Vec::with_capacity(sweeps + 1),
+        failures: Vec::with_capacity(sweeps + 1),
+        first_error: String::new(),
+    };
     for _ in 0..=sweeps {
         let start = Instant::now();
         let outcomes = wool::fleet::sweep(&conns, &options).await?;
-        times.push(start.elapsed().as_secs_f64() * 1e3);
-        let failed = outcomes.iter().filter(|o| o.is_err()).count();
-        if first_error.is_empty() {
-            if let Some(Err(e)) = outcomes.iter().find(|o| o.is_err()) {
-                first_error = e.to_string();
+        out.sweep_ns.push(nanos(start.elapsed()));
+        let mut failed = 0;
+        for e in outcomes.iter().filter_map(|o| o.as_ref().err()) {
+            failed += 1;
+            if out.first_error.is_empty() {
+                out.first_error = e.to_string();
             }
         }
-        failures.push(failed);
+        out.failures.push(failed);
     }
-    let warm: Vec<String> = times[1..].iter().map(|t| format!("{t:.2}")).collect();
-    Ok(format!(
-        "{{\"endpoints\":{},\"concurrency\":{concurrency},\"cold_ms\":{:.2},\"warm_ms\":[{}],\
-         \"failures\":[{}],\"first_error\":{}}}",
-        conns.len(),
-        times[0],
-        warm.join(","),
-        failures
-            .iter()
-            .map(|f| f.to_string())
-            .collect::<Vec<_>>()
-            .join(","),
-        json_str(&first_error)
-    ))
+    Ok(out)
 }
 
-/// `reps` listings of a local registry, each `LocalDiscovery::new(ns)?.list()` (the whole
-/// call, constructor included); the first is reported apart (cold caches), median and p90 of
-/// all. With `poll = (addr, n)`, also `n` sequential `WorkerConnection::idle` polls of `addr`
-/// on a current_thread runtime (after 200 warm-up polls), for the comparison in one process.
+/// Listings of a local registry: `reps / 4` (at least 1) by a fresh
+/// `LocalDiscovery::new(ns)?.list()` each (a one-shot tool: every segment opened), then `reps`
+/// (at least 1) by one kept `LocalDiscovery` (a fleet manager's rounds: the first listing
+/// opens the segments, later ones reuse them). With `poll = (addr, n)`, also `n` sequential
+/// `WorkerConnection::idle` polls of `addr` on a current_thread runtime (after 200 warm-up
+/// polls), for the comparison in one process.
 fn discover(
     namespace: &str,
     reps: usize,
     poll: Option<(String, usize)>,
-) -> Result<String, BoxError> {
+) -> Result<Listings, BoxError> {
     use wool::fleet::discovery::LocalDiscovery;
-    let mut samples = Vec::with_capacity(reps.max(1));
-    let mut counts = std::collections::BTreeSet::new();
-    // Fresh: a new LocalDiscovery per listing (a one-shot tool: every segment opened).
-    let mut fresh = Vec::with_capacity(reps.max(4) / 4);
+    let mut counts = BTreeSet::new();
+    let mut fresh_ns = Vec::with_capacity(reps.max(4) / 4);
     for _ in 0..reps.max(4) / 4 {
         let t = Instant::now();
         let workers = LocalDiscovery::new(namespace)?.list()?;
-        fresh.push(t.elapsed().as_nanos() as u64);
+        fresh_ns.push(nanos(t.elapsed()));
         counts.insert(workers.len());
     }
-    fresh.sort_unstable();
-    let fresh_median = fresh[fresh.len() / 2] as f64 / 1e3;
-    // Kept: one LocalDiscovery listed again and again (a fleet manager's rounds; the first
-    // listing opens the segments, later ones reuse them).
     let discovery = LocalDiscovery::new(namespace)?;
-    let cpu = process_cpu();
-    let start = Instant::now();
+    let mut kept_ns = Vec::with_capacity(reps.max(1));
+    let clock = Stopwatch::start();
     for _ in 0..reps.max(1) {
         let t = Instant::now();
         let workers = discovery.list()?;
-        samples.push(t.elapsed().as_nanos() as u64);
+        kept_ns.push(nanos(t.elapsed()));
         counts.insert(workers.len());
     }
-    let elapsed = start.elapsed().as_secs_f64();
-    let cpu = process_cpu() - cpu;
-    let first = samples[0] as f64 / 1e3;
-    let mut sorted = samples.clone();
-    sorted.sort_unstable();
-    let pick = |q: f64| {
-        let i = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-        sorted[i - 1] as f64 / 1e3
+    let (_, cpu_s) = clock.read();
+    let poll = match poll {
+        Some((addr, n)) => {
+            Some(runtime("current")?.block_on(seq_conn(&addr, n.max(1), 200, true))?)
+        }
+        None => None,
     };
-    let mut out =
-        format!(
-        "{{\"namespace\":{},\"reps\":{},\"workers\":{},\"counts\":[{}],\"first_us\":{first:.2},\
-         \"median_us\":{:.2},\"p90_us\":{:.2},\"min_us\":{:.2},\"mean_us\":{:.2},\
-         \"cpu_us_per_list\":{:.2},\"fresh_median_us\":{fresh_median:.2}",
-        json_str(namespace),
-        samples.len(),
-        counts.iter().next_back().copied().unwrap_or(0),
-        counts.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
-        pick(0.5),
-        pick(0.9),
-        sorted[0] as f64 / 1e3,
-        elapsed * 1e6 / samples.len() as f64,
-        cpu * 1e6 / samples.len() as f64,
-    );
-    if let Some((addr, n)) = poll {
-        let line = runtime("current")?.block_on(seq_conn(&addr, n.max(1), 200, true))?;
-        out.push_str(&format!(",\"poll\":{line}"));
-    }
-    out.push('}');
-    Ok(out)
+    Ok(Listings {
+        namespace: namespace.to_string(),
+        counts,
+        kept_ns,
+        fresh_ns,
+        cpu_s,
+        poll,
+    })
 }
+
+// ---------------------------------------------------------------- memory
 
 /// `n` WorkerConnections to one worker, each polled once; then holds them until stdin closes
 /// (the harness reads this process's RSS and sockets from /proc meanwhile).
@@ -482,7 +566,10 @@ async fn handles(addr: &str, n: usize) -> Result<(), BoxError> {
         }
         conns.push(conn);
     }
-    println!("ready {{\"handles\":{n},\"failed\":{failed}}}");
+    println!(
+        "ready {}",
+        serde_json::json!({"handles": n, "failed": failed})
+    );
     std::io::stdout().flush()?;
     tokio::task::spawn_blocking(|| {
         let mut line = String::new();
@@ -493,13 +580,15 @@ async fn handles(addr: &str, n: usize) -> Result<(), BoxError> {
     Ok(())
 }
 
+// ---------------------------------------------------------------- dispatch
+
 /// Closed loop: `concurrency` tasks each dispatching `echo` back to back for `seconds`.
 async fn dispatch(
     addr: &str,
     concurrency: usize,
     seconds: f64,
     bytes: usize,
-) -> Result<String, BoxError> {
+) -> Result<ClosedLoop, BoxError> {
     let conn = Arc::new(WorkerConnection::new(addr)?);
     let payload = vec![b'x'; bytes];
     // Warm-up: connection and a few tasks.
@@ -524,16 +613,21 @@ async fn dispatch(
     .await
 }
 
-/// Runs `call` back to back on `concurrency` tasks for `seconds`; one JSON object.
-async fn closed_loop<F, Fut>(concurrency: usize, seconds: f64, call: F) -> Result<String, BoxError>
+/// Runs `call` back to back on `concurrency` tasks for `seconds`.
+async fn closed_loop<F, Fut>(
+    concurrency: usize,
+    seconds: f64,
+    call: F,
+) -> Result<ClosedLoop, BoxError>
 where
     F: Fn() -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
 {
+    // Counters, not a locked Tally: the tasks must not contend on a lock per call.
     let call = Arc::new(call);
     let ok = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
-    let first_error = Arc::new(std::sync::Mutex::new(String::new()));
+    let first_error = Arc::new(Mutex::new(String::new()));
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let start = Instant::now();
     let mut set = tokio::task::JoinSet::new();
@@ -560,15 +654,17 @@ where
         });
     }
     while set.join_next().await.is_some() {}
-    let elapsed = start.elapsed().as_secs_f64();
-    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    let elapsed_s = start.elapsed().as_secs_f64();
     let first_error = first_error.lock().unwrap().clone();
-    Ok(format!(
-        "{{\"concurrency\":{concurrency},\"seconds\":{elapsed:.3},\"ok\":{ok},\"failed\":{failed},\
-         \"tasks_per_s\":{:.1},\"first_error\":{}}}",
-        ok as f64 / elapsed,
-        json_str(&first_error)
-    ))
+    Ok(ClosedLoop {
+        concurrency,
+        elapsed_s,
+        tally: Tally {
+            ok: ok.load(Ordering::Relaxed),
+            failed: failed.load(Ordering::Relaxed),
+            first_error,
+        },
+    })
 }
 
 /// A fresh UUID-shaped task id (Wool's worker parses `Task.id` as a UUID).
@@ -645,7 +741,7 @@ async fn dispatch_raw(
     concurrency: usize,
     seconds: f64,
     template: Task,
-) -> Result<String, BoxError> {
+) -> Result<ClosedLoop, BoxError> {
     let channel = Endpoint::from_shared(format!("http://{addr}"))?
         .tcp_nodelay(true)
         .connect()
@@ -666,8 +762,8 @@ async fn dispatch_raw(
 }
 
 /// Polls `idle` at `hz` (tokio interval; late ticks are delayed, not bunched) until stdin
-/// closes or `seconds` have passed, then prints what it achieved.
-async fn poller(addr: &str, hz: f64, seconds: f64) -> Result<String, BoxError> {
+/// closes or `seconds` have passed.
+async fn poller(addr: &str, hz: f64, seconds: f64) -> Result<PollerRun, BoxError> {
     let conn = WorkerConnection::new(addr)?;
     conn.idle(Some(Duration::from_secs(10))).await?;
     let (closed_tx, mut closed) = tokio::sync::oneshot::channel::<()>();
@@ -693,8 +789,9 @@ async fn poller(addr: &str, hz: f64, seconds: f64) -> Result<String, BoxError> {
             Err(_) => failed += 1,
         }
     }
-    Ok(format!(
-        "{{\"ok\":{ok},\"failed\":{failed},\"polls_per_s\":{:.1}}}",
-        (ok + failed) as f64 / start.elapsed().as_secs_f64()
-    ))
+    Ok(PollerRun {
+        ok,
+        failed,
+        elapsed_s: start.elapsed().as_secs_f64(),
+    })
 }

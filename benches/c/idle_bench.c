@@ -1,6 +1,6 @@
 /* idle_bench: wool_idle from C, for scripts/bench.sh (see BENCHMARKS.md).
  *
- *   idle_bench seq     ADDR N WARMUP [TIMEOUT] sequential polls on one handle: latency summary
+ *   idle_bench seq     ADDR N WARMUP [TIMEOUT] sequential polls on one handle, after WARMUP
  *                                             (TIMEOUT seconds per call, default 10; "inf" = none)
  *   idle_bench burst   ADDR LEVELS SECONDS    bursts of N threads polling at once on ONE handle
  *                                             (threads are capped at 256: see BENCHMARKS.md)
@@ -13,7 +13,12 @@
  *                                             handle each), MAX in flight, one deadline of
  *                                             TIMEOUT s (default 30) per sweep: 1 cold + SWEEPS warm
  *
- * Prints one line of JSON on stdout. Not a test: nothing here asserts on time.
+ * Prints raw measurements on stdout as records (timing.h), in the shapes of the Rust driver's
+ * (benches/wool_bench.rs): seq as seq-conn (samples_ns, elapsed_s, cpu_s); burst and queue as
+ * burst (max_threads, then per level [levels] concurrency, bursts, ok, failed, elapsed_s,
+ * first_error); many as sweep (endpoints, concurrency, sweep_ns: cold then warm, failures per
+ * sweep, first_error). benches/run.py computes the statistics. Not a test: nothing here
+ * asserts on time.
  * Build: cc -O2 -Iinclude benches/c/idle_bench.c -Ltarget/release -Wl,-rpath,... -lwool -lpthread
  */
 #define _GNU_SOURCE
@@ -29,12 +34,6 @@
 #include "timing.h"
 
 #define MAX_THREADS 256
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void die(const char *what, wool_status s) {
     char msg[512];
@@ -60,13 +59,7 @@ static int seq(const char *addr, size_t n, size_t warmup, double timeout) {
     }
     double elapsed = (double)(now_ns() - start) / 1e9;
     cpu = process_cpu() - cpu;
-    double sum = 0;
-    for (size_t i = 0; i < n; i++) sum += (double)samples[i];
-    qsort(samples, n, sizeof *samples, cmp_u64);
-    printf("{\"n\":%zu,\"median_us\":%.2f,\"p99_us\":%.2f,\"mean_us\":%.2f,\"min_us\":%.2f,"
-           "\"polls_per_s\":%.1f,\"cpu_us_per_poll\":%.2f}\n",
-           n, pick(samples, n, 0.5), pick(samples, n, 0.99), sum / (double)n / 1e3,
-           (double)samples[0] / 1e3, (double)n / elapsed, cpu * 1e6 / (double)n);
+    put_latency(samples, n, elapsed, cpu);
     free(samples);
     wool_free(conn);
     return 0;
@@ -114,25 +107,14 @@ static void *burst_thread(void *p) {
     }
 }
 
-static void json_string(const char *s) {
-    putchar('"');
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') printf("\\%c", *s);
-        else if ((unsigned char)*s < 0x20) printf("\\u%04x", *s);
-        else putchar(*s);
-    }
-    putchar('"');
-}
-
 static int burst(const char *addr, const char *levels, double seconds) {
     wool_connection *conn;
     wool_status s = wool_connect(addr, NULL, &conn);
     if (s != WOOL_STATUS_OK) die("wool_connect", s);
     double idle;
     if ((s = wool_idle(conn, 10.0, &idle)) != WOOL_STATUS_OK) die("wool_idle", s);
-    printf("{\"max_threads\":%d,\"levels\":[", MAX_THREADS);
+    put_u64("max_threads", MAX_THREADS);
     char *copy = strdup(levels), *save = NULL;
-    int first = 1;
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         int level = atoi(tok);
         if (level < 1 || level > MAX_THREADS) continue; /* capped: see the header comment */
@@ -163,18 +145,17 @@ static int burst(const char *addr, const char *levels, double seconds) {
         for (int i = 0; i < level; i++) pthread_join(threads[i], NULL);
         uint64_t ok = 0, failed = 0;
         for (int i = 0; i < level; i++) ok += sh->ok[i], failed += sh->failed[i];
-        printf("%s{\"concurrency\":%d,\"bursts\":%llu,\"ok\":%llu,\"failed\":%llu,"
-               "\"polls_per_s\":%.1f,\"first_error\":",
-               first ? "" : ",", level, (unsigned long long)bursts, (unsigned long long)ok,
-               (unsigned long long)failed, (double)(ok + failed) / elapsed);
-        json_string(sh->first_error);
-        putchar('}');
-        first = 0;
+        put_object("levels");
+        put_u64("concurrency", (uint64_t)level);
+        put_u64("bursts", bursts);
+        put_u64("ok", ok);
+        put_u64("failed", failed);
+        put_f64("elapsed_s", elapsed);
+        put_text("first_error", sh->first_error);
         pthread_barrier_destroy(&sh->start);
         pthread_barrier_destroy(&sh->done);
         free(sh);
     }
-    printf("]}\n");
     free(copy);
     wool_free(conn);
     return 0;
@@ -189,6 +170,8 @@ static int handles(const char *addr, size_t n) {
         double idle;
         if (wool_idle(conns[i], 10.0, &idle) != WOOL_STATUS_OK) failed++;
     }
+    /* The one JSON line of the C drivers (the harness reads "ready" + JSON from every
+     * handles driver): two numbers, nothing to escape. */
     printf("ready {\"handles\":%zu,\"failed\":%zu}\n", n, failed);
     fflush(stdout);
     char line[64];
@@ -210,9 +193,7 @@ static int queue(const char *addr, const char *levels, double seconds) {
     if ((s = wool_queue_new(&q)) != WOOL_STATUS_OK) die("wool_queue_new", s);
     enum { BATCH = 1024 };
     wool_completion *done = malloc(BATCH * sizeof *done);
-    printf("{\"levels\":[");
     char *copy = strdup(levels), *save = NULL, first_error[WOOL_COMPLETION_MESSAGE_BYTES] = "";
-    int first = 1;
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         long level = atol(tok);
         if (level < 1) continue;
@@ -234,15 +215,14 @@ static int queue(const char *addr, const char *levels, double seconds) {
                 if ((s = wool_idle_start(conn, q, 60.0, 0, &call)) != WOOL_STATUS_OK) die("start", s);
         }
         double elapsed = (double)(now_ns() - start) / 1e9;
-        printf("%s{\"concurrency\":%ld,\"bursts\":1,\"ok\":%llu,\"failed\":%llu,"
-               "\"polls_per_s\":%.1f,\"first_error\":",
-               first ? "" : ",", level, (unsigned long long)ok, (unsigned long long)failed,
-               (double)(ok + failed) / elapsed);
-        json_string(first_error);
-        putchar('}');
-        first = 0;
+        put_object("levels");
+        put_u64("concurrency", (uint64_t)level);
+        put_u64("bursts", 1);
+        put_u64("ok", ok);
+        put_u64("failed", failed);
+        put_f64("elapsed_s", elapsed);
+        put_text("first_error", first_error);
     }
-    printf("]}\n");
     free(copy);
     free(done);
     wool_queue_free(q);
@@ -251,7 +231,8 @@ static int queue(const char *addr, const char *levels, double seconds) {
 }
 
 /* wool_idle_many over the addresses in `file` (one handle each), `max` in flight: one cold
- * sweep (connections made), then `sweeps` warm ones. Same JSON shape as the Rust sweep. */
+ * sweep (connections made), then `sweeps` warm ones. The shape of the Rust sweep's output; the
+ * first error is the first failed poll's status name (wool_idle_many gives no message). */
 static int many(const char *file, size_t max, size_t sweeps, double timeout) {
     FILE *in = fopen(file, "r");
     if (!in) { perror(file); return 1; }
@@ -269,25 +250,31 @@ static int many(const char *file, size_t max, size_t sweeps, double timeout) {
     fclose(in);
     double *seconds = malloc(n * sizeof *seconds);
     wool_status *statuses = malloc(n * sizeof *statuses);
-    printf("{\"endpoints\":%zu,\"concurrency\":%zu,", n, max);
-    size_t failures_total = 0;
+    uint64_t *sweep_ns = malloc((sweeps + 1) * sizeof *sweep_ns);
+    uint64_t *failures = calloc(sweeps + 1, sizeof *failures);
+    const char *first_error = "";
     for (size_t sweep = 0; sweep <= sweeps; sweep++) {
         uint64_t t = now_ns();
         wool_status s = wool_idle_many((const wool_connection *const *)conns, n, timeout, max,
                                        seconds, statuses, NULL);
         if (s != WOOL_STATUS_OK) die("wool_idle_many", s);
-        double ms = (double)(now_ns() - t) / 1e6;
-        size_t failures = 0;
-        for (size_t i = 0; i < n; i++) failures += statuses[i] != WOOL_STATUS_OK;
-        failures_total += failures;
-        if (sweep == 0) printf("\"cold_ms\":%.2f,\"warm_ms\":[", ms);
-        else printf("%s%.2f", sweep == 1 ? "" : ",", ms);
+        sweep_ns[sweep] = now_ns() - t;
+        for (size_t i = 0; i < n; i++) {
+            if (statuses[i] == WOOL_STATUS_OK) continue;
+            if (failures[sweep]++ == 0 && !*first_error) first_error = wool_status_name(statuses[i]);
+        }
     }
-    printf("],\"failures\":[%zu]}\n", failures_total);
+    put_u64("endpoints", n);
+    put_u64("concurrency", max);
+    put_u64s("sweep_ns", sweep_ns, sweeps + 1);
+    put_u64s("failures", failures, sweeps + 1);
+    put_text("first_error", first_error);
     for (size_t i = 0; i < n; i++) wool_free(conns[i]);
     free(conns);
     free(seconds);
     free(statuses);
+    free(sweep_ns);
+    free(failures);
     return 0;
 }
 

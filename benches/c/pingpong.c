@@ -4,12 +4,13 @@
  *
  * The parent listens on 127.0.0.1:0, forks a child that connects; both set TCP_NODELAY. The
  * parent writes one byte and blocks until the child writes it back, N times after WARMUP
- * round trips. Prints one line of JSON (same fields as the idle benches). Not a test.
+ * round trips. Prints what `idle_bench seq` prints: the N round trips' durations (samples_ns)
+ * and the wall and CPU time of the timed loop (the client half's CPU), as records (timing.h);
+ * benches/run.py computes the statistics. Not a test.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <sched.h>
-#include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -21,12 +22,6 @@
 #include <time.h>
 #include <unistd.h>
 #include "timing.h"
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void nodelay(int fd) {
     int one = 1;
@@ -85,12 +80,7 @@ int main(int argc, char **argv) {
     cpu = process_cpu() - cpu;
     close(fd);
     waitpid(child, NULL, 0);
-    double sum = 0;
-    for (size_t i = 0; i < n; i++) sum += (double)samples[i];
-    qsort(samples, n, sizeof *samples, cmp_u64);
-    printf("{\"n\":%zu,\"median_us\":%.2f,\"p99_us\":%.2f,\"mean_us\":%.2f,\"min_us\":%.2f,"
-           "\"polls_per_s\":%.1f,\"cpu_us_per_poll\":%.2f}\n",
-           n, pick(samples, n, 0.5), pick(samples, n, 0.99), sum / (double)n / 1e3,
-           (double)samples[0] / 1e3, (double)n / elapsed, cpu * 1e6 / (double)n);
+    put_latency(samples, n, elapsed, cpu);
+    free(samples);
     return 0;
 }

@@ -17,13 +17,15 @@
 // seq polls with context.Background() (no deadline); burst gives each poll a 60 s deadline, as
 // the Rust and grpc-go burst drivers do.
 //
-// Output: one line of JSON on stdout, with the keys of the Rust driver (benches/wool_bench.rs):
-// seq as `seq-raw`/`seq-conn` ({"n","median_us","p99_us","mean_us","min_us","polls_per_s",
-// "cpu_us_per_poll"}), burst as `burst` ({"levels":[{"concurrency","bursts","ok","failed",
-// "polls_per_s","first_error"}]}, plus "os_threads_max": the most OS threads this process had
-// during the bursts, sampled from /proc/self/status; not "max_threads", which benches/run.py
-// reads from a burst driver as the C driver's thread cap); sweep as `sweep` ({"endpoints",
-// "concurrency","cold_ms","warm_ms":[...],"failures":[per sweep],"first_error"}).
+// Output: one line of JSON on stdout (encoding/json): raw measurements, with the keys of the
+// Rust driver (benches/wool_bench.rs), which benches/run.py turns into statistics; durations of
+// single operations in integer nanoseconds, totals in seconds. seq as `seq-conn`
+// ({"samples_ns":[one per poll],"elapsed_s","cpu_s"}); burst as `burst` ({"levels":
+// [{"concurrency","bursts","ok","failed","elapsed_s","first_error"}]}, plus "os_threads_max":
+// the most OS threads this process had during the bursts, sampled from /proc/self/status; not
+// "max_threads", which benches/run.py reads from a burst driver as the C driver's thread cap);
+// sweep as `sweep` ({"endpoints","concurrency","sweep_ns":[cold, warm...],"failures":[per
+// sweep],"first_error"}).
 //
 // The binding finds libwool through pkg-config; scripts/bench.sh writes a wool.pc for the
 // release build (target/release) and builds this with it:
@@ -35,9 +37,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,6 +109,45 @@ func main() {
 	}
 }
 
+// The outputs (see the package comment).
+
+type latency struct {
+	SamplesNs []int64 `json:"samples_ns"`
+	ElapsedS  float64 `json:"elapsed_s"`
+	CPUS      float64 `json:"cpu_s"`
+}
+
+type level struct {
+	Concurrency int     `json:"concurrency"`
+	Bursts      int     `json:"bursts"`
+	OK          int64   `json:"ok"`
+	Failed      int64   `json:"failed"`
+	ElapsedS    float64 `json:"elapsed_s"`
+	FirstError  string  `json:"first_error"`
+}
+
+type burstsOut struct {
+	Levels       []level `json:"levels"`
+	OSThreadsMax int64   `json:"os_threads_max"`
+}
+
+type sweepsOut struct {
+	Endpoints   int     `json:"endpoints"`
+	Concurrency int     `json:"concurrency"`
+	SweepNs     []int64 `json:"sweep_ns"`
+	Failures    []int   `json:"failures"`
+	FirstError  string  `json:"first_error"`
+}
+
+// emit prints v as the one line of JSON the harness reads.
+func emit(v any) {
+	out, err := json.Marshal(v)
+	if err != nil {
+		fail(err)
+	}
+	fmt.Println(string(out))
+}
+
 func seq(addr string, n, warmup int) {
 	conn, err := wool.Connect(addr)
 	if err != nil {
@@ -132,20 +171,7 @@ func seq(addr string, n, warmup int) {
 		samples[i] = time.Since(t).Nanoseconds()
 	}
 	elapsed := time.Since(start).Seconds()
-	cpu = processCPU() - cpu
-	var sum int64
-	for _, s := range samples {
-		sum += s
-	}
-	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
-	pick := func(q float64) float64 {
-		i := int(math.Ceil(q * float64(n)))
-		i = max(1, min(i, n))
-		return float64(samples[i-1]) / 1e3
-	}
-	fmt.Printf("{\"n\":%d,\"median_us\":%.2f,\"p99_us\":%.2f,\"mean_us\":%.2f,\"min_us\":%.2f,\"polls_per_s\":%.1f,\"cpu_us_per_poll\":%.2f}\n",
-		n, pick(0.5), pick(0.99), float64(sum)/float64(n)/1e3, float64(samples[0])/1e3, float64(n)/elapsed,
-		cpu*1e6/float64(n))
+	emit(latency{SamplesNs: samples, ElapsedS: elapsed, CPUS: processCPU() - cpu})
 }
 
 // sweep: IdleMany over one Connection per address of `file`, `maxInFlight` at once, each sweep
@@ -166,7 +192,7 @@ func sweep(file string, maxInFlight, sweeps int, timeout float64) {
 		}
 		conns = append(conns, conn)
 	}
-	times := make([]float64, 0, sweeps+1)
+	times := make([]int64, 0, sweeps+1)
 	failures := make([]int, 0, sweeps+1)
 	firstError := ""
 	for i := 0; i <= sweeps; i++ {
@@ -174,7 +200,7 @@ func sweep(file string, maxInFlight, sweeps int, timeout float64) {
 			time.Duration(timeout*float64(time.Second)))
 		start := time.Now()
 		results := wool.IdleMany(ctx, conns, maxInFlight)
-		times = append(times, math.Round(float64(time.Since(start).Microseconds())/10)/100)
+		times = append(times, time.Since(start).Nanoseconds())
 		cancel()
 		failed := 0
 		for _, r := range results {
@@ -190,22 +216,8 @@ func sweep(file string, maxInFlight, sweeps int, timeout float64) {
 	for _, conn := range conns {
 		conn.Close()
 	}
-	out, err := json.Marshal(map[string]any{"endpoints": len(conns), "concurrency": maxInFlight,
-		"cold_ms": times[0], "warm_ms": times[1:], "failures": failures,
-		"first_error": firstError})
-	if err != nil {
-		fail(err)
-	}
-	fmt.Println(string(out))
-}
-
-type level struct {
-	Concurrency int     `json:"concurrency"`
-	Bursts      int     `json:"bursts"`
-	OK          int64   `json:"ok"`
-	Failed      int64   `json:"failed"`
-	PollsPerS   float64 `json:"polls_per_s"`
-	FirstError  string  `json:"first_error"`
+	emit(sweepsOut{Endpoints: len(conns), Concurrency: maxInFlight, SweepNs: times,
+		Failures: failures, FirstError: firstError})
 }
 
 // burst: for each level, bursts of `level` goroutines each making one poll on the one
@@ -257,17 +269,11 @@ func burst(addr string, levels []int, seconds float64) {
 			wg.Wait()
 			bursts++
 		}
-		elapsed := time.Since(start).Seconds()
 		rows = append(rows, level{Concurrency: lv, Bursts: bursts, OK: ok.Load(),
-			Failed: failed.Load(), FirstError: firstError,
-			PollsPerS: math.Round(float64(ok.Load()+failed.Load())/elapsed*10) / 10})
+			Failed: failed.Load(), ElapsedS: time.Since(start).Seconds(), FirstError: firstError})
 	}
 	stopSampling()
-	out, err := json.Marshal(map[string]any{"levels": rows, "os_threads_max": maxThreads.Load()})
-	if err != nil {
-		fail(err)
-	}
-	fmt.Println(string(out))
+	emit(burstsOut{Levels: rows, OSThreadsMax: maxThreads.Load()})
 }
 
 // sampleThreads records the most OS threads of this process in *most, every 10 ms, until the

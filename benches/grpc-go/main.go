@@ -12,10 +12,11 @@
 // message `Void` (zero bytes); the response `Idle { double seconds = 1; }` is 0x09 followed by a
 // little-endian f64 (or zero bytes when seconds is 0.0, proto3's default), decoded by hand.
 //
-// Output: one line of JSON on stdout, with the keys of the Rust driver (benches/wool_bench.rs):
-// seq as `seq-raw`/`seq-conn` ({"n","median_us","p99_us","mean_us","min_us","polls_per_s",
-// "cpu_us_per_poll"}), burst as `burst` ({"levels":[{"concurrency","bursts","ok","failed",
-// "polls_per_s","first_error"}]}). seq calls without a deadline, as the raw tonic stub (a) does;
+// Output: one line of JSON on stdout (encoding/json): raw measurements, with the keys of the
+// Rust driver (benches/wool_bench.rs), which benches/run.py turns into statistics; durations of
+// single operations in integer nanoseconds, totals in seconds. seq as `seq-raw`
+// ({"samples_ns":[one per poll],"elapsed_s","cpu_s"}), burst as `burst` ({"levels":
+// [{"concurrency","bursts","ok","failed","elapsed_s","first_error"}]}). seq calls without a deadline, as the raw tonic stub (a) does;
 // burst gives each call a 60 s deadline, as the Rust burst does.
 package main
 
@@ -27,7 +28,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -175,6 +175,36 @@ func main() {
 	}
 }
 
+// The outputs (see the package comment).
+
+type latency struct {
+	SamplesNs []int64 `json:"samples_ns"`
+	ElapsedS  float64 `json:"elapsed_s"`
+	CPUS      float64 `json:"cpu_s"`
+}
+
+type level struct {
+	Concurrency int     `json:"concurrency"`
+	Bursts      int     `json:"bursts"`
+	OK          int64   `json:"ok"`
+	Failed      int64   `json:"failed"`
+	ElapsedS    float64 `json:"elapsed_s"`
+	FirstError  string  `json:"first_error"`
+}
+
+type burstsOut struct {
+	Levels []level `json:"levels"`
+}
+
+// emit prints v as the one line of JSON the harness reads.
+func emit(v any) {
+	out, err := json.Marshal(v)
+	if err != nil {
+		fail(err)
+	}
+	fmt.Println(string(out))
+}
+
 func seq(addr string, n, warmup int) {
 	conn := dial(addr)
 	defer conn.Close()
@@ -200,29 +230,8 @@ func seq(addr string, n, warmup int) {
 	}
 	elapsed := time.Since(start).Seconds()
 	cpu = processCPU() - cpu
-	var sum int64
-	for _, s := range samples {
-		sum += s
-	}
 	fmt.Fprintf(os.Stderr, "grpc-go-bench: last Idle.seconds = %g (%d response bytes)\n", last, len(resp))
-	sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
-	pick := func(q float64) float64 {
-		i := int(math.Ceil(q * float64(n)))
-		i = max(1, min(i, n))
-		return float64(samples[i-1]) / 1e3
-	}
-	fmt.Printf("{\"n\":%d,\"median_us\":%.2f,\"p99_us\":%.2f,\"mean_us\":%.2f,\"min_us\":%.2f,\"polls_per_s\":%.1f,\"cpu_us_per_poll\":%.2f}\n",
-		n, pick(0.5), pick(0.99), float64(sum)/float64(n)/1e3, float64(samples[0])/1e3,
-		float64(n)/elapsed, cpu*1e6/float64(n))
-}
-
-type level struct {
-	Concurrency int     `json:"concurrency"`
-	Bursts      int     `json:"bursts"`
-	OK          int64   `json:"ok"`
-	Failed      int64   `json:"failed"`
-	PollsPerS   float64 `json:"polls_per_s"`
-	FirstError  string  `json:"first_error"`
+	emit(latency{SamplesNs: samples, ElapsedS: elapsed, CPUS: cpu})
 }
 
 // burst: for each level, bursts of `level` goroutines each making one poll on the one
@@ -271,16 +280,10 @@ func burst(addr string, levels []int, seconds float64) {
 			wg.Wait()
 			bursts++
 		}
-		elapsed := time.Since(start).Seconds()
 		rows = append(rows, level{Concurrency: lv, Bursts: bursts, OK: ok.Load(),
-			Failed: failed.Load(), FirstError: firstError,
-			PollsPerS: math.Round(float64(ok.Load()+failed.Load())/elapsed*10) / 10})
+			Failed: failed.Load(), ElapsedS: time.Since(start).Seconds(), FirstError: firstError})
 	}
-	out, err := json.Marshal(map[string]any{"levels": rows})
-	if err != nil {
-		fail(err)
-	}
-	fmt.Println(string(out))
+	emit(burstsOut{Levels: rows})
 }
 
 // processCPU is this process's user + system CPU time (all threads), in seconds.

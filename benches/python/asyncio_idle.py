@@ -9,9 +9,10 @@ counterpart of wool_client_bench.py (Wool's own asyncio client) on libwool's com
     python asyncio_idle.py seq   ADDR N WARMUP         sequential awaited idle() latency
 
 The library is ``$LIBWOOL_PATH`` when set (the harness sets it), else this checkout's
-target/release then target/debug build. One line of JSON on stdout, in the shape of the other
-drivers' (burst: {"levels": [{"concurrency", "bursts", "ok", "failed", "polls_per_s",
-"first_error"}], ...}). Not a test: nothing here asserts on time.
+target/release then target/debug build. One line of JSON on stdout, raw measurements in the
+shape of the other drivers' (burst: {"levels": [{"concurrency", "bursts", "ok", "failed",
+"elapsed_s", "first_error"}], ...}; seq: {"samples_ns", "elapsed_s", "cpu_s"}): benches/run.py
+computes the statistics. Not a test: nothing here asserts on time.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ sys.path.insert(0, HERE)
 
 import libwool  # noqa: E402
 from libwool import aio  # noqa: E402
-from common import emit, gather_bursts, latency  # noqa: E402
+from common import emit, gather_bursts, latency_samples  # noqa: E402
 
 
 async def burst(addr: str, levels: list[int], seconds: float) -> dict:
@@ -54,7 +55,7 @@ async def seq(addr: str, n: int, warmup: int) -> dict:
             samples[i] = perf() - t
         elapsed = (perf() - start) / 1e9
         cpu = time.process_time() - cpu
-    return latency(samples, elapsed, cpu, library=libwool.version())
+    return latency_samples(samples, elapsed, cpu, library=libwool.version())
 
 
 def main() -> int:

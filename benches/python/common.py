@@ -1,38 +1,26 @@
-"""Shared helpers of the Python benchmark drivers (scripts/bench.sh, BENCHMARKS.md)."""
+"""Shared helpers of the Python benchmark drivers (scripts/bench.sh, BENCHMARKS.md).
+
+The drivers print raw measurements as one line of JSON (``emit``), in the shapes of the Rust
+driver's (benches/wool_bench.rs); benches/run.py computes every statistic from them. Durations
+of single operations are integer nanoseconds (``time.perf_counter_ns``), totals are seconds.
+"""
 
 from __future__ import annotations
 
 import json
-import math
 import sys
 
 
-def latency(samples_ns: list[int], elapsed_s: float, cpu_s: float = 0.0, **extra) -> dict:
-    """The same summary the Rust, C and Go drivers print (microseconds)."""
-    s = sorted(samples_ns)
-    n = len(s)
-
-    def pick(q: float) -> float:
-        i = min(max(math.ceil(q * n), 1), n)
-        return s[i - 1] / 1e3
-
-    out = {
-        "n": n,
-        "median_us": round(pick(0.5), 2),
-        "p99_us": round(pick(0.99), 2),
-        "mean_us": round(sum(s) / n / 1e3, 2),
-        "min_us": round(s[0] / 1e3, 2),
-        "polls_per_s": round(n / elapsed_s, 1),
-        "cpu_us_per_poll": round(cpu_s * 1e6 / n, 2),
-    }
-    out.update(extra)
-    return out
+def latency_samples(samples_ns: list[int], elapsed_s: float, cpu_s: float, **extra) -> dict:
+    """A sequential run's output: one sample per call, the wall and CPU time of the loop."""
+    return {"samples_ns": samples_ns, "elapsed_s": elapsed_s, "cpu_s": cpu_s, **extra}
 
 
 async def gather_bursts(conn, levels: list[int], seconds: float) -> list[dict]:
     """Bursts of `level` concurrent ``conn.idle(timeout=60.0)`` (``asyncio.gather``) per level,
-    repeated for `seconds` (at least one burst): one row per level, as the burst drivers of
-    every language report them. `conn` is any asyncio connection with an ``idle`` coroutine
+    repeated for `seconds` (at least one burst): one row per level ({"concurrency", "bursts",
+    "ok", "failed", "elapsed_s", "first_error"}), as the burst drivers of every language
+    report them. `conn` is any asyncio connection with an ``idle`` coroutine
     (Wool's own client, libwool.aio)."""
     import asyncio
     import time
@@ -54,10 +42,9 @@ async def gather_bursts(conn, levels: list[int], seconds: float) -> list[dict]:
                 else:
                     ok += 1
             bursts += 1
-        elapsed = time.perf_counter() - start
         rows.append({
             "concurrency": level, "bursts": bursts, "ok": ok, "failed": failed,
-            "polls_per_s": round((ok + failed) / elapsed, 1), "first_error": first_error,
+            "elapsed_s": time.perf_counter() - start, "first_error": first_error,
         })
     return rows
 

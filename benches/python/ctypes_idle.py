@@ -3,7 +3,8 @@
 
     LIBWOOL_PATH=target/release/libwool.so python ctypes_idle.py ADDR N WARMUP
 
-Prints one line of JSON. Not a test: nothing here asserts on time.
+Prints one line of JSON: the raw samples (ns) and totals (common.latency_samples), from which
+benches/run.py computes the statistics. Not a test: nothing here asserts on time.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "bindings", "python"))
 sys.path.insert(0, HERE)
 
 import libwool  # noqa: E402
-from common import emit, latency  # noqa: E402
+from common import emit, latency_samples  # noqa: E402
 
 
 def main() -> int:
@@ -36,7 +37,7 @@ def main() -> int:
             samples[i] = perf() - t
         elapsed = (perf() - start) / 1e9
         cpu = time.process_time() - cpu
-    emit(latency(samples, elapsed, cpu, library=libwool.version()))
+    emit(latency_samples(samples, elapsed, cpu, library=libwool.version()))
     return 0
 
 

@@ -8,8 +8,9 @@ section of benches/run.py (BENCHMARKS.md):
 One connection per address in ADDRFILE (aio.WorkerConnection / libwool.WorkerConnection), MAX
 polls in flight, one deadline of TIMEOUT seconds (default 30) per sweep; one cold sweep
 (connections made during it) then SWEEPS warm ones, all in this process. One line of JSON on
-stdout in the shape of the Rust driver's ``sweep`` ({"endpoints", "concurrency", "cold_ms",
-"warm_ms", "failures", "first_error"}). The library is ``$LIBWOOL_PATH`` when set (the harness
+stdout in the shape of the Rust driver's ``sweep`` ({"endpoints", "concurrency", "sweep_ns":
+[cold, warm...] in integer nanoseconds, "failures": [per sweep], "first_error"}; benches/run.py
+computes the statistics). The library is ``$LIBWOOL_PATH`` when set (the harness
 sets it). Not a test: nothing here asserts on time.
 """
 
@@ -30,9 +31,9 @@ from common import emit  # noqa: E402
 
 
 def summary(addrs, most, times, failures, first_error, mode) -> dict:
-    return {"endpoints": len(addrs), "concurrency": most, "cold_ms": times[0],
-            "warm_ms": times[1:], "failures": failures, "first_error": first_error,
-            "mode": mode, "library": libwool.version()}
+    return {"endpoints": len(addrs), "concurrency": most, "sweep_ns": times,
+            "failures": failures, "first_error": first_error, "mode": mode,
+            "library": libwool.version()}
 
 
 def count(results, first_error: str) -> tuple[int, str]:
@@ -50,9 +51,9 @@ async def run_aio(addrs: list[str], most: int, sweeps: int, timeout: float) -> d
     times, failures, first_error = [], [], ""
     try:
         for _ in range(sweeps + 1):
-            t = time.perf_counter()
+            t = time.perf_counter_ns()
             results = await aio.idle_many(conns, timeout=timeout, max_in_flight=most)
-            times.append(round((time.perf_counter() - t) * 1e3, 2))
+            times.append(time.perf_counter_ns() - t)
             failed, first_error = count(results, first_error)
             failures.append(failed)
     finally:
@@ -68,9 +69,9 @@ def run_sync(addrs: list[str], most: int, sweeps: int, timeout: float) -> dict:
     times, failures, first_error = [], [], ""
     try:
         for _ in range(sweeps + 1):
-            t = time.perf_counter()
+            t = time.perf_counter_ns()
             results = fleet.sweep(conns, timeout=timeout, max_in_flight=most)
-            times.append(round((time.perf_counter() - t) * 1e3, 2))
+            times.append(time.perf_counter_ns() - t)
             failed, first_error = count(results, first_error)
             failures.append(failed)
     finally:

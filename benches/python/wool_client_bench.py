@@ -10,19 +10,21 @@
                                                              once; prints "ready {...}", then
                                                              waits for a line on stdin
 
-Run with target/venvs/wool-0.15.7/bin/python. One line of JSON on stdout. Not a test.
+Run with target/venvs/wool-0.15.7/bin/python. One line of JSON on stdout: raw samples and
+totals (common.py), from which benches/run.py computes the statistics. Not a test.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import emit, gather_bursts, latency, wait_for_line  # noqa: E402
+from common import emit, gather_bursts, latency_samples, wait_for_line  # noqa: E402
 
 
 async def seq(addr: str, n: int, warmup: int) -> dict:
@@ -44,7 +46,7 @@ async def seq(addr: str, n: int, warmup: int) -> dict:
         cpu = time.process_time() - cpu
     finally:
         await conn.close()
-    return latency(samples, elapsed, cpu)
+    return latency_samples(samples, elapsed, cpu)
 
 
 async def burst(addr: str, levels: list[int], seconds: float) -> dict:
@@ -71,7 +73,7 @@ async def handles(addr: str, n: int) -> None:
         except Exception:
             failed += 1
         conns.append(conn)
-    print(f'ready {{"handles": {n}, "failed": {failed}}}', flush=True)
+    print("ready " + json.dumps({"handles": n, "failed": failed}), flush=True)
     await asyncio.get_running_loop().run_in_executor(None, wait_for_line)
     for conn in conns:
         await conn.close()

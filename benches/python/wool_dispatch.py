@@ -11,7 +11,9 @@
     python wool_dispatch.py e2e ADDR CONCURRENCY SECONDS BYTES
         Wool end to end: CONCURRENCY asyncio tasks each awaiting ``echo(payload)`` back to
         back for SECONDS through ``wool.WorkerProxy(workers=[WorkerMetadata(address=ADDR)])``
-        (Wool's own client API, as tests/interop/wool_worker.py uses it). One JSON line.
+        (Wool's own client API, as tests/interop/wool_worker.py uses it). One JSON line: the
+        counts and the elapsed time ({"concurrency", "elapsed_s", "ok", "failed",
+        "first_error"}, as ``wool_bench dispatch``); benches/run.py computes the rate.
 
 Run with target/venvs/wool-0.15.7/bin/python. Not a test: nothing here asserts on time.
 """
@@ -85,8 +87,8 @@ async def e2e(addr: str, concurrency: int, seconds: float, nbytes: int) -> dict:
         start = time.perf_counter()
         await asyncio.gather(*(loop() for _ in range(concurrency)))
         elapsed = time.perf_counter() - start
-    return {"concurrency": concurrency, "seconds": round(elapsed, 3), "ok": ok,
-            "failed": failed, "tasks_per_s": round(ok / elapsed, 1), "first_error": first_error}
+    return {"concurrency": concurrency, "elapsed_s": elapsed, "ok": ok, "failed": failed,
+            "first_error": first_error}
 
 
 def main() -> int:
