@@ -209,57 +209,14 @@ impl WorkerBuilder {
             Some(address) => Some(serve_metrics(address, &state).await?),
             None => None,
         };
-        let shutdown = state.shutdown.clone();
-        let count = Arc::clone(&accepted);
-        let (address, unix_path, server_task): (String, Option<BoundSocket>, ServerTask) =
-            match &self.listen {
-                ListenAddress::Tcp(spec) => {
-                    let bind_error = |source| WorkerError::Bind {
-                        address: spec.clone(),
-                        source,
-                    };
-                    let listener = TcpListener::bind(spec.as_str()).await.map_err(bind_error)?;
-                    let local: SocketAddr = listener.local_addr().map_err(bind_error)?;
-                    let incoming = TcpListenerStream::new(listener).map(move |stream| {
-                        let stream = stream?;
-                        count.fetch_add(1, Ordering::Relaxed);
-                        stream.set_nodelay(true)?;
-                        Ok::<_, std::io::Error>(stream)
-                    });
-                    let task = match &tls {
-                        Some(tls) => spawn_server(router, tls.accept(incoming), shutdown),
-                        None => spawn_server(router, incoming, shutdown),
-                    };
-                    (local.to_string(), None, task)
-                }
-                ListenAddress::Unix(path) => {
-                    remove_stale_socket(path);
-                    let listener =
-                        UnixListener::bind(path).map_err(|source| WorkerError::Bind {
-                            address: format!("unix:{}", path.display()),
-                            source,
-                        })?;
-                    let incoming = UnixListenerStream::new(listener).inspect(move |_| {
-                        count.fetch_add(1, Ordering::Relaxed);
-                    });
-                    // The `:authority` rewrite reads HTTP/2 frames: inside TLS, when there is one.
-                    let task = match &tls {
-                        Some(tls) => spawn_server(
-                            router,
-                            tls.accept(incoming)
-                                .map(|stream| stream.map(authority::LenientAuthority::new)),
-                            shutdown,
-                        ),
-                        None => spawn_server(
-                            router,
-                            incoming.map(|stream| stream.map(authority::LenientAuthority::new)),
-                            shutdown,
-                        ),
-                    };
-                    let bound = file_identity(path).map(|identity| (path.clone(), identity));
-                    (format!("unix:{}", path.display()), bound, task)
-                }
-            };
+        let (address, unix_path, server_task) = listen_and_serve(
+            &self.listen,
+            router,
+            tls.as_ref(),
+            Arc::clone(&accepted),
+            state.shutdown.clone(),
+        )
+        .await?;
         if let Err(error) = tls
             .as_ref()
             .map_or(Ok(()), |tls| tls.watch(state.shutdown.clone()))
@@ -285,6 +242,66 @@ impl WorkerBuilder {
             server: tokio::sync::Mutex::new(Some(server_task)),
         })
     }
+}
+
+/// Binds `listen` and serves `router` there (TLS first when `tls` is given; for a Unix socket,
+/// the `:authority` rewrite inside it) until `shutdown`, counting accepted connections in
+/// `accepted`: the dialable address, the socket file bound (Unix), and the serving task.
+async fn listen_and_serve(
+    listen: &ListenAddress,
+    router: tonic::transport::server::Router,
+    tls: Option<&Arc<ServerTls>>,
+    accepted: Arc<AtomicU64>,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> Result<(String, Option<BoundSocket>, ServerTask), WorkerError> {
+    let served = match listen {
+        ListenAddress::Tcp(spec) => {
+            let bind_error = |source| WorkerError::Bind {
+                address: spec.clone(),
+                source,
+            };
+            let listener = TcpListener::bind(spec.as_str()).await.map_err(bind_error)?;
+            let local: SocketAddr = listener.local_addr().map_err(bind_error)?;
+            let incoming = TcpListenerStream::new(listener).map(move |stream| {
+                let stream = stream?;
+                accepted.fetch_add(1, Ordering::Relaxed);
+                stream.set_nodelay(true)?;
+                Ok::<_, std::io::Error>(stream)
+            });
+            let task = match &tls {
+                Some(tls) => spawn_server(router, tls.accept(incoming), shutdown),
+                None => spawn_server(router, incoming, shutdown),
+            };
+            (local.to_string(), None, task)
+        }
+        ListenAddress::Unix(path) => {
+            remove_stale_socket(path);
+            let listener = UnixListener::bind(path).map_err(|source| WorkerError::Bind {
+                address: format!("unix:{}", path.display()),
+                source,
+            })?;
+            let incoming = UnixListenerStream::new(listener).inspect(move |_| {
+                accepted.fetch_add(1, Ordering::Relaxed);
+            });
+            // The `:authority` rewrite reads HTTP/2 frames: inside TLS, when there is one.
+            let task = match &tls {
+                Some(tls) => spawn_server(
+                    router,
+                    tls.accept(incoming)
+                        .map(|stream| stream.map(authority::LenientAuthority::new)),
+                    shutdown,
+                ),
+                None => spawn_server(
+                    router,
+                    incoming.map(|stream| stream.map(authority::LenientAuthority::new)),
+                    shutdown,
+                ),
+            };
+            let bound = file_identity(path).map(|identity| (path.clone(), identity));
+            (format!("unix:{}", path.display()), bound, task)
+        }
+    };
+    Ok(served)
 }
 
 /// Serves `router` on `incoming` (connections ready for HTTP/2) until `shutdown`.
