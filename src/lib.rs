@@ -8,7 +8,7 @@
 //!   ([`WorkerCredentials`], fixed or reloaded from files), [`Error`] sorted into [`ErrorKind`]s.
 //! - [`fleet`]: the fleet job: discover a pool's workers by namespace, sweep their idle time,
 //!   retire the idle ones by policy (what `woolctl` runs).
-//! - [`ffi`] (feature `capi`): the C ABI (`include/wool.h`).
+//! - `ffi` (feature `capi`): the C ABI (`include/wool.h`).
 //! - [`Grace`]: how long a stop lets in-flight work run.
 //!
 //! The generated protobuf types and gRPC stubs are internal: a program does all of the above

@@ -379,7 +379,7 @@ fn wool_worker_reloads_on_change_refuses_bad_files_and_takes_sighup() {
     assert_eq!(unsafe { libc::kill(worker.pid(), libc::SIGHUP) }, 0);
     expect_log_line(
         &log,
-        "SIGHUP: the TLS files are unchanged",
+        "SIGHUP: the TLS files hold the material already in use",
         Duration::from_secs(5),
     );
     assert!(worker.is_running());

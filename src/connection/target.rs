@@ -121,6 +121,15 @@ impl Target {
     }
 }
 
+impl std::str::FromStr for Target {
+    type Err = Error;
+
+    /// As [`Target::parse`].
+    fn from_str(text: &str) -> Result<Self, Error> {
+        Target::parse(text)
+    }
+}
+
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -3,8 +3,9 @@
 /// Errors of building or running a worker.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
-    /// The listen address could not be parsed (`host:port` or `unix:PATH`).
-    #[error("invalid listen address {0:?}: expected host:port or unix:PATH")]
+    /// The listen address could not be parsed (`host:port` or `unix:PATH`); the message says
+    /// what is wrong with it.
+    #[error("invalid listen address: {0}")]
     InvalidAddress(String),
     /// Binding the listener failed.
     #[error("cannot listen on {address}: {source}")]

@@ -19,6 +19,16 @@ pub enum ListenAddress {
     Unix(PathBuf),
 }
 
+impl std::fmt::Display for ListenAddress {
+    /// The address in the form [`FromStr`] reads: `host:port` or `unix:PATH`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListenAddress::Tcp(address) => f.write_str(address),
+            ListenAddress::Unix(path) => write!(f, "{}", Target::Unix(path.clone())),
+        }
+    }
+}
+
 impl FromStr for ListenAddress {
     type Err = WorkerError;
 
@@ -30,7 +40,7 @@ impl FromStr for ListenAddress {
         match Target::parse_listen(s) {
             Ok(Target::Unix(path)) => Ok(ListenAddress::Unix(path)),
             Ok(tcp @ Target::Tcp { .. }) => Ok(ListenAddress::Tcp(tcp.to_string())),
-            Err(_) => Err(WorkerError::InvalidAddress(s.to_string())),
+            Err(error) => Err(WorkerError::InvalidAddress(error.message().to_string())),
         }
     }
 }

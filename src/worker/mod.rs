@@ -396,12 +396,18 @@ impl WorkerHandle {
     /// Errors: [`WorkerError::Tls`] when the worker is plaintext or was given PEM rather than
     /// files, or the new material is refused (logged; the previous material stays in force).
     pub fn reload_credentials(&self) -> Result<CredentialReload, WorkerError> {
+        // (A plaintext worker has nothing to reload: the error says so; see `serves_tls`.)
         match &self.tls {
             Some(tls) => tls.reload(),
             None => Err(WorkerError::Tls(
                 "the worker serves plaintext: no credentials to reload".into(),
             )),
         }
+    }
+
+    /// Whether the worker serves TLS (with credentials given as PEM or as files).
+    pub fn serves_tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// Transport connections accepted so far (TCP or Unix), counted before any TLS handshake.

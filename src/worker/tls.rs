@@ -204,9 +204,12 @@ impl ServerTls {
             ));
         };
         let mut material = self.material.lock().unwrap_or_else(|p| p.into_inner());
+        let client_ca = files.client_ca.as_ref().map(|ca| ca.display().to_string());
         let refuse = |error: WorkerError| {
             tracing::warn!(
                 cert = %files.cert.display(),
+                key = %files.key.display(),
+                client_ca = client_ca.as_deref(),
                 %error,
                 "refusing the TLS credentials read from the files; keeping the previous ones"
             );
@@ -216,11 +219,15 @@ impl ServerTls {
         if fresh == *material {
             return Ok(CredentialReload::Unchanged);
         }
+        // Material equal to what is served is not checked again: a file put back after a
+        // refusal reads as unchanged (and the log says nothing new).
         let config = fresh.server_config().map_err(refuse)?;
         self.config.store(Arc::new(config));
         *material = fresh;
         tracing::info!(
             cert = %files.cert.display(),
+            key = %files.key.display(),
+            client_ca = client_ca.as_deref(),
             "TLS credentials reloaded: new connections use the new material"
         );
         Ok(CredentialReload::Reloaded)
