@@ -163,12 +163,7 @@ async fn a_valid_settings_then_garbage_frames_is_an_rpc_error_at_once() {
         let worker = hostile::writing_at_once(bytes).await;
         let conn = plaintext(&worker);
         for rpc in [Rpc::Idle, Rpc::Stop] {
-            let error = failure(what, &conn, rpc).await;
-            assert_eq!(
-                (error.kind(), error.code()),
-                (ErrorKind::Rpc, Some(Code::Internal)),
-                "{what}: {error}"
-            );
+            let error = expect(what, &conn, rpc, ErrorKind::Rpc, Code::Internal).await;
             assert!(error.message().contains("HTTP/2"), "{what}: {error}");
         }
     }

@@ -145,6 +145,16 @@ fn short(seconds: f64) -> f64 {
     }
 }
 
+/// A fuzzed discovery backend, never the LAN one (it would send multicast DNS): local
+/// registries only.
+fn local_only(backend: i32) -> i32 {
+    if backend == WOOL_DISCOVERY_LAN {
+        WOOL_DISCOVERY_LOCAL
+    } else {
+        backend
+    }
+}
+
 struct World {
     connections: Vec<*mut wool_connection>,
     options: *mut wool_channel_options,
@@ -452,12 +462,7 @@ fuzz_target!(|ops: Vec<Op>| {
                     backend,
                     listen,
                 } => {
-                    // The LAN backend would send multicast DNS: local registries only.
-                    let backend = if backend == WOOL_DISCOVERY_LAN {
-                        WOOL_DISCOVERY_LOCAL
-                    } else {
-                        backend
-                    };
+                    let backend = local_only(backend);
                     let namespace = namespace.c();
                     let mut list = ptr::null_mut();
                     let status =
@@ -470,11 +475,7 @@ fuzz_target!(|ops: Vec<Op>| {
                     backend,
                     timeout,
                 } => {
-                    let backend = if backend == WOOL_DISCOVERY_LAN {
-                        WOOL_DISCOVERY_LOCAL
-                    } else {
-                        backend
-                    };
+                    let backend = local_only(backend);
                     let namespace = namespace.c();
                     let mut watch = ptr::null_mut();
                     let status = wool_watch_new(ptr_of(&namespace), backend, &mut watch);

@@ -220,7 +220,7 @@ impl WorkerCredentials {
     pub(crate) fn still_serves(&self, material: &Arc<TlsMaterial>) -> bool {
         match &self.source {
             Source::Fixed(_) => true,
-            Source::Files(files) => Arc::ptr_eq(&files.current(), material),
+            Source::Files(files) => files.serves(material),
         }
     }
 }
@@ -294,11 +294,23 @@ struct CredentialFiles {
 impl CredentialFiles {
     /// The material to use now, looking at the files first when that is due.
     fn current(&self) -> Arc<TlsMaterial> {
+        self.look_if_due();
+        self.current.load_full()
+    }
+
+    /// Whether `material` is what these credentials serve now (looking at the files first when
+    /// that is due). Every call of a connection with reloadable credentials asks this: it only
+    /// compares pointers, taking no reference.
+    fn serves(&self, material: &Arc<TlsMaterial>) -> bool {
+        self.look_if_due();
+        Arc::ptr_eq(&self.current.load(), material)
+    }
+
+    fn look_if_due(&self) {
         let now_ms = self.epoch.elapsed().as_millis() as u64;
         if now_ms >= self.next_look_ms.load(Ordering::Relaxed) {
             self.look(now_ms);
         }
-        self.current.load_full()
     }
 
     /// Reads the files again if their stamps changed; refuses (keeping the current material)
