@@ -1,17 +1,23 @@
-//! Generates the gRPC code for the Wool wire contract (`proto/wool/wire.proto`).
+//! Generates the gRPC code for the Wool wire contract (`proto/wool/wire.proto`) and KEDA's
+//! external scaler contract (`proto/externalscaler/externalscaler.proto`, for `wool-scaler`).
 //! Uses the vendored `protoc` from `protoc-bin-vendored`, so no system protoc is needed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto/wool/wire.proto");
+    println!("cargo:rerun-if-changed=proto/externalscaler/externalscaler.proto");
     // SAFETY: build scripts are single-threaded; nothing else reads the environment concurrently.
     unsafe { std::env::set_var("PROTOC", protoc_bin_vendored::protoc_bin_path()?) };
-    let descriptors =
-        std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("wool_descriptor.bin");
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
         // For server reflection (grpcurl and friends without the .proto file).
-        .file_descriptor_set_path(descriptors)
+        .file_descriptor_set_path(out.join("wool_descriptor.bin"))
         .compile_protos(&["proto/wool/wire.proto"], &["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .file_descriptor_set_path(out.join("externalscaler_descriptor.bin"))
+        .compile_protos(&["proto/externalscaler/externalscaler.proto"], &["proto"])?;
     Ok(())
 }

@@ -8,6 +8,8 @@
 //!   ([`WorkerCredentials`], fixed or reloaded from files), [`Error`] sorted into [`ErrorKind`]s.
 //! - [`fleet`]: the fleet job: discover a pool's workers by namespace, sweep their idle time,
 //!   retire the idle ones by policy (what `woolctl` runs).
+//! - [`scaler`]: a KEDA external scaler over the fleet layer (what `wool-scaler` serves), so
+//!   Kubernetes scales a fleet, to zero included, on its workers' idle time.
 //! - `ffi` (feature `capi`): the C ABI (`include/wool.h`).
 //! - [`Grace`]: how long a stop lets in-flight work run.
 //!
@@ -78,6 +80,7 @@ mod process;
 pub mod protocol;
 #[cfg(not(feature = "protocol"))]
 mod protocol;
+pub mod scaler;
 mod tls;
 pub mod worker;
 

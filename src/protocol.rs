@@ -24,3 +24,14 @@ pub const MAX_MESSAGE_BYTES: usize = 100 * 1024 * 1024;
 
 /// The protocol version this library puts in `Ack.version` and `Task.version`.
 pub const PROTOCOL_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// KEDA's external scaler contract (`package externalscaler`), served by
+/// [`scaler`](crate::scaler).
+pub mod externalscaler {
+    tonic::include_proto!("externalscaler");
+
+    /// The encoded `FileDescriptorSet` of `proto/externalscaler/externalscaler.proto`, served
+    /// by the scaler's server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        tonic::include_file_descriptor_set!("externalscaler_descriptor");
+}

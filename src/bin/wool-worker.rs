@@ -16,12 +16,16 @@
 //! new connections use the new material, established ones carry on; material that fails the
 //! checks is refused with a log line and the previous material kept.
 
+#[path = "common/logs.rs"]
+mod logs;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use logs::LogFormat;
 use wool::worker::{Grace, ListenAddress, RoutineRegistry, ServerCredentialFiles, Worker};
 
 /// The reference Wool worker: serves `echo` and `sleep`, reports idle time, obeys `stop`.
@@ -111,37 +115,9 @@ impl Args {
     }
 }
 
-/// `--log-format`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
-/// Logs to stderr: `--log-level`, else RUST_LOG, else info; text or JSON lines.
-fn init_logs(args: &Args) -> Result<(), String> {
-    use tracing_subscriber::EnvFilter;
-    let filter = match &args.log_level {
-        Some(level) => {
-            EnvFilter::try_new(level).map_err(|e| format!("--log-level {level:?}: {e}"))?
-        }
-        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-    };
-    let logs = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter);
-    match args.log_format {
-        LogFormat::Json => logs.json().flatten_event(true).init(),
-        LogFormat::Text => logs
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-    }
-    Ok(())
-}
-
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Err(message) = init_logs(&args) {
+    if let Err(message) = logs::init(args.log_format, args.log_level.as_deref()) {
         eprintln!("wool-worker: {message}");
         return ExitCode::from(2);
     }

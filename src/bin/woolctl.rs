@@ -17,7 +17,7 @@ use wool::connection::ChannelOptions;
 use wool::fleet::discovery::{
     DiscoveredWorker, Discovery, DiscoveryEvent, LanDiscovery, LocalDiscovery,
 };
-use wool::fleet::{retire, sweep_observed, Decision, RetirePolicy, SweepOptions};
+use wool::fleet::{parse_duration, retire, sweep_observed, Decision, RetirePolicy, SweepOptions};
 use wool::Grace;
 use wool::{Error, WorkerConnection, WorkerCredentials};
 
@@ -159,21 +159,6 @@ impl From<Error> for Failure {
     fn from(error: Error) -> Self {
         Failure::Usage(error.to_string())
     }
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    if let Ok(seconds) = text.parse::<f64>() {
-        return Duration::try_from_secs_f64(seconds).map_err(|_| {
-            if seconds.is_finite() && seconds > 0.0 {
-                format!("{text:?} seconds is too large")
-            } else {
-                format!("{text:?} is not a non-negative number of seconds")
-            }
-        });
-    }
-    humantime::parse_duration(text)
-        .map_err(|e| format!("{text:?}: {e} (e.g. 300, 300s, 5m, 500ms)"))
 }
 
 /// The shortest `--interval`: rounds back to back would only load the workers.

@@ -31,3 +31,26 @@ pub use discovery::{
 };
 pub use retire::{Decision, Reason, RetirePolicy};
 pub use sweep::{sweep, sweep_observed, SweepOptions};
+
+use std::time::Duration;
+
+/// Reads a duration as the fleet tools take one (`woolctl` flags, `wool-scaler` metadata): a
+/// plain number is seconds (`300`, `0.5`), else a `humantime` duration (`300s`, `5m`, `500ms`,
+/// `1h 30m`).
+///
+/// Errors: a message saying what was wrong, for a negative, NaN, infinite or too large number
+/// of seconds, or text that is neither.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if let Ok(seconds) = text.parse::<f64>() {
+        return Duration::try_from_secs_f64(seconds).map_err(|_| {
+            if seconds.is_finite() && seconds > 0.0 {
+                format!("{text:?} seconds is too large")
+            } else {
+                format!("{text:?} is not a non-negative number of seconds")
+            }
+        });
+    }
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?}: {e} (e.g. 300, 300s, 5m, 500ms)"))
+}

@@ -94,6 +94,25 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// What one poll's outcome says of its worker, before any limit of a round applies:
+    /// [`Busy`](Reason::Busy) (idle reads exactly 0), [`BelowThreshold`](Reason::BelowThreshold),
+    /// [`Idle`](Reason::Idle) (idle at least `idle_threshold`), or from the error's kind
+    /// [`IdleUnavailable`](Reason::IdleUnavailable), [`Unreachable`](Reason::Unreachable)
+    /// (transient or handshake) or [`PollFailed`](Reason::PollFailed). The one place a poll is
+    /// judged: the retire policy and `wool-scaler` both read polls through it.
+    pub fn of_poll(outcome: &Result<f64, Error>, idle_threshold: Duration) -> Reason {
+        match outcome {
+            Ok(seconds) if *seconds == 0.0 => Reason::Busy,
+            Ok(seconds) if *seconds < idle_threshold.as_secs_f64() => Reason::BelowThreshold,
+            Ok(_) => Reason::Idle,
+            Err(error) => match error.kind() {
+                ErrorKind::IdleUnavailable => Reason::IdleUnavailable,
+                ErrorKind::Transient | ErrorKind::Handshake => Reason::Unreachable,
+                _ => Reason::PollFailed,
+            },
+        }
+    }
+
     /// Whether this reason retires the worker.
     pub fn retires(self) -> bool {
         self == Reason::Idle
@@ -145,20 +164,11 @@ impl Decision {
 /// (a worker that cannot be reached may be gone already and keeps no capacity up); `max_stops`
 /// caps the retirements of this round.
 pub fn decide(polls: Vec<Result<f64, Error>>, policy: &RetirePolicy) -> Vec<Decision> {
-    let threshold = policy.idle_threshold.as_secs_f64();
+    let threshold = policy.idle_threshold;
     let mut decisions: Vec<Decision> = polls
         .into_iter()
         .map(|idle| {
-            let reason = match &idle {
-                Ok(seconds) if *seconds == 0.0 => Reason::Busy,
-                Ok(seconds) if *seconds < threshold => Reason::BelowThreshold,
-                Ok(_) => Reason::Idle,
-                Err(error) => match error.kind() {
-                    ErrorKind::IdleUnavailable => Reason::IdleUnavailable,
-                    ErrorKind::Transient | ErrorKind::Handshake => Reason::Unreachable,
-                    _ => Reason::PollFailed,
-                },
-            };
+            let reason = Reason::of_poll(&idle, threshold);
             Decision {
                 idle,
                 reason,

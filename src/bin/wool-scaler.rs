@@ -1,0 +1,104 @@
+//! `wool-scaler`: a KEDA external scaler fed by Wool workers' idle time.
+//!
+//! `wool-scaler [--listen ADDR] [--metrics-listen ADDR] [--log-format text|json] [--log-level LEVEL]`
+//!
+//! Serves KEDA's `externalscaler.ExternalScaler` (and grpc.health.v1, server reflection) on
+//! `--listen`; each ScaledObject's `scalerMetadata` says which workers and how to count them
+//! (see `wool::scaler`). Prints its address as the first stdout line (flushed at once).
+//! SIGTERM or SIGINT stops it cleanly: health turns NOT_SERVING, open streams end, calls in
+//! progress finish, and it exits 0.
+
+#[path = "common/logs.rs"]
+mod logs;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use logs::LogFormat;
+use wool::scaler::Scaler;
+
+/// A KEDA external scaler: the metric is the number of busy Wool workers, active while any is.
+#[derive(Debug, Parser)]
+#[command(name = "wool-scaler", version)]
+struct Args {
+    /// Where KEDA calls it (`host:port`, plaintext gRPC; port 0 picks one). The
+    /// ScaledObject's `scalerAddress`.
+    #[arg(long, default_value = "0.0.0.0:9090", value_name = "ADDR")]
+    listen: String,
+    /// Serve Prometheus metrics (workers by state per ScaledObject, the metric and activity
+    /// given, calls, sweeps and their durations) over plaintext HTTP on this `host:port`.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<String>,
+    /// How log lines on stderr look: human text, or one JSON object per line for machines.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// The log level (error, warn, info, debug, trace, or a tracing filter such as
+    /// `wool=debug`); by default RUST_LOG's, else info.
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
+}
+
+/// How long a stop waits for calls in progress before the process exits anyway.
+const SHUTDOWN_LIMIT: Duration = Duration::from_secs(10);
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Err(message) = logs::init(args.log_format, args.log_level.as_deref()) {
+        eprintln!("wool-scaler: {message}");
+        return ExitCode::from(2);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build();
+    let outcome = match runtime {
+        Ok(runtime) => runtime.block_on(run(args)),
+        Err(e) => Err(format!("cannot start the runtime: {e}")),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("wool-scaler: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    // Signals are taken before the address is printed: a supervisor may signal as soon as it
+    // has read it.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
+    let mut builder = Scaler::builder().listen(args.listen.clone());
+    if let Some(metrics) = &args.metrics_listen {
+        builder = builder.metrics_listen(metrics.clone());
+    }
+    let scaler = builder.serve().await.map_err(|e| e.to_string())?;
+    {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "{}", scaler.address())
+            .and_then(|()| stdout.flush())
+            .map_err(|e| e.to_string())?;
+    }
+    tokio::select! {
+        result = scaler.wait() => return result.map_err(|e| e.to_string()),
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    tracing::info!("signal received: stopping (streams end, calls in progress finish)");
+    scaler.shutdown();
+    match tokio::time::timeout(SHUTDOWN_LIMIT, scaler.wait()).await {
+        Ok(result) => result.map_err(|e| e.to_string())?,
+        Err(_) => tracing::warn!(
+            limit_s = SHUTDOWN_LIMIT.as_secs(),
+            "calls still open after the limit: exiting anyway"
+        ),
+    }
+    tracing::info!("stopped");
+    Ok(())
+}

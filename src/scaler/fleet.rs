@@ -1,0 +1,394 @@
+//! A fleet as the scaler sees it: its members (listed, resolved or discovered afresh at each
+//! sweep), its pooled connections, and its latest census. One sweep runs at a time per fleet;
+//! calls arriving meanwhile wait for it and share its result, so KEDA's polling never
+//! stampedes the workers.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hickory_resolver::TokioResolver;
+use tokio::sync::watch;
+
+use super::metadata::{CountAs, FleetKey, FleetSpec, Source};
+use crate::connection::{ChannelOptions, Error, ErrorKind, WorkerConnection, WorkerCredentials};
+use crate::fleet::discovery::{LanDiscovery, LocalDiscovery};
+use crate::fleet::{sweep, Reason, SweepOptions};
+
+/// How long a fleet no call has asked about is kept (its connections, its census).
+const UNUSED_FLEET_TTL: Duration = Duration::from_secs(600);
+
+/// One sweep of a fleet: each member's poll outcome, in a stable order (by address).
+#[derive(Debug)]
+pub(crate) struct Census {
+    /// When the sweep finished.
+    pub(crate) at: Instant,
+    /// How long it took (listing the members included).
+    pub(crate) took: Duration,
+    /// `(address, idle seconds or the poll's error)` per member.
+    pub(crate) polls: Vec<(String, Result<f64, Error>)>,
+}
+
+/// A census counted by one ScaledObject's rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Count {
+    /// In flight, or idle for less than the threshold.
+    pub(crate) busy: usize,
+    /// Idle at least the threshold.
+    pub(crate) idle: usize,
+    /// Not reached (transient or handshake failure, or another failed poll).
+    pub(crate) unreachable: usize,
+    /// Predates the `idle` RPC.
+    pub(crate) idle_unavailable: usize,
+    /// The metric: `busy`, plus the unreachable and idle-unavailable ones where the metadata
+    /// counts them as busy.
+    pub(crate) metric: usize,
+}
+
+impl Count {
+    /// `IsActive`: while any worker counts as busy.
+    pub(crate) fn active(&self) -> bool {
+        self.metric > 0
+    }
+}
+
+impl Census {
+    /// Counts the census by `spec`'s threshold and its rules for workers it could not read
+    /// (each poll judged by [`Reason::of_poll`], as the retire policy judges it).
+    pub(crate) fn count(&self, spec: &FleetSpec) -> Count {
+        let mut count = Count::default();
+        for (_, poll) in &self.polls {
+            match Reason::of_poll(poll, spec.idle_threshold) {
+                Reason::Busy | Reason::BelowThreshold => count.busy += 1,
+                Reason::IdleUnavailable => count.idle_unavailable += 1,
+                Reason::Unreachable | Reason::PollFailed => count.unreachable += 1,
+                // `of_poll` gives none of the round limits; whatever else it says is idle.
+                _ => count.idle += 1,
+            }
+        }
+        let counted = |n: usize, rule: CountAs| if rule == CountAs::Busy { n } else { 0 };
+        count.metric = count.busy
+            + counted(count.unreachable, spec.unreachable_as)
+            + counted(count.idle_unavailable, spec.idle_unavailable_as);
+        count
+    }
+
+    /// How old the census is.
+    pub(crate) fn age(&self) -> Duration {
+        self.at.elapsed()
+    }
+}
+
+/// Whether an answer came from a sweep made for it or from the cached one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Freshness {
+    Swept,
+    Cached,
+}
+
+/// One fleet: shared by every ScaledObject whose metadata names the same workers reached the
+/// same way ([`FleetSpec::fleet_key`]).
+pub(crate) struct Fleet {
+    key: FleetKey,
+    credentials: Option<WorkerCredentials>,
+    /// For a namespace on this host: kept, so that its registry's segments stay open.
+    local: Option<LocalDiscovery>,
+    /// For a DNS name: made on first use (it reads /etc/resolv.conf).
+    resolver: tokio::sync::OnceCell<TokioResolver>,
+    /// Held for the length of a sweep: one at a time.
+    sweeping: tokio::sync::Mutex<Members>,
+    latest: watch::Sender<Option<Arc<Census>>>,
+    last_used: Mutex<Instant>,
+}
+
+/// The connections of the members seen by the last sweep, by member key, and which of them
+/// were unreachable (to log changes, not every sweep).
+#[derive(Default)]
+struct Members {
+    connections: HashMap<String, (String, Result<Arc<WorkerConnection>, Error>)>,
+    unreachable: HashSet<String>,
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("source", &self.key.source)
+            .finish()
+    }
+}
+
+impl Fleet {
+    /// A fleet for `spec`, no I/O but reading its TLS files.
+    ///
+    /// Errors: [`ErrorKind::InvalidArgument`] naming a TLS file that cannot be read or does
+    /// not hold what it should, or a bad namespace.
+    pub(crate) fn new(spec: &FleetSpec) -> Result<Self, Error> {
+        let key = spec.fleet_key();
+        let credentials = match &key.tls {
+            None => None,
+            Some(tls) => {
+                let (cert, key) = match &tls.client {
+                    Some((cert, key)) => (Some(cert.as_path()), Some(key.as_path())),
+                    None => (None, None),
+                };
+                Some(WorkerCredentials::from_files_reloadable(
+                    &tls.ca,
+                    key,
+                    cert,
+                    tls.client.is_some(),
+                    tls.server_name.as_deref(),
+                )?)
+            }
+        };
+        let local = match &key.source {
+            Source::Namespace { name, lan: false } => Some(LocalDiscovery::new(name)?),
+            Source::Namespace { name, lan: true } => {
+                LanDiscovery::new(name)?;
+                None
+            }
+            _ => None,
+        };
+        Ok(Self {
+            key,
+            credentials,
+            local,
+            resolver: tokio::sync::OnceCell::new(),
+            sweeping: tokio::sync::Mutex::new(Members::default()),
+            latest: watch::Sender::new(None),
+            last_used: Mutex::new(Instant::now()),
+        })
+    }
+
+    /// Where the fleet's members come from, for logs.
+    pub(crate) fn source(&self) -> &Source {
+        &self.key.source
+    }
+
+    /// The latest census and each one after it, for streams.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Option<Arc<Census>>> {
+        self.latest.subscribe()
+    }
+
+    /// A census no older than `spec.max_sweep_age`: the cached one, or a new sweep (waiting for
+    /// one already running, then using it when it is fresh enough).
+    ///
+    /// Errors: the members could not be listed ([`ErrorKind::Transient`]: DNS or discovery
+    /// failing); a failed poll is in the census, never here.
+    pub(crate) async fn census(&self, spec: &FleetSpec) -> Result<(Arc<Census>, Freshness), Error> {
+        *self.last_used.lock().expect("not poisoned") = Instant::now();
+        let fresh = || {
+            self.latest
+                .borrow()
+                .as_ref()
+                .filter(|census| census.age() <= spec.max_sweep_age)
+                .cloned()
+        };
+        if let Some(census) = fresh() {
+            return Ok((census, Freshness::Cached));
+        }
+        let mut members = self.sweeping.lock().await;
+        if let Some(census) = fresh() {
+            return Ok((census, Freshness::Cached));
+        }
+        let census = Arc::new(self.sweep(&mut members, spec).await?);
+        self.latest.send_replace(Some(Arc::clone(&census)));
+        Ok((census, Freshness::Swept))
+    }
+
+    /// Whether no call has asked about this fleet for a long while.
+    pub(crate) fn unused(&self) -> bool {
+        self.last_used.lock().expect("not poisoned").elapsed() > UNUSED_FLEET_TTL
+    }
+
+    async fn sweep(&self, members: &mut Members, spec: &FleetSpec) -> Result<Census, Error> {
+        let started = Instant::now();
+        let listed = self.list().await?;
+        let mut connections = HashMap::with_capacity(listed.len());
+        for member in listed {
+            let entry = match members.connections.remove(&member.key) {
+                Some(entry) => entry,
+                None => (member.address.clone(), (member.connect)(self).map(Arc::new)),
+            };
+            connections.insert(member.key, entry);
+        }
+        members.connections = connections;
+        let mut order: Vec<(&String, &(String, Result<Arc<WorkerConnection>, Error>))> =
+            members.connections.iter().collect();
+        order.sort_by(|a, b| (&a.1 .0, a.0).cmp(&(&b.1 .0, b.0)));
+        // Owned handles: the sweep's future must not borrow from this guard's lifetime.
+        let reachable: Vec<Arc<WorkerConnection>> = order
+            .iter()
+            .filter_map(|(_, (_, connection))| connection.as_ref().ok().cloned())
+            .collect();
+        let options = SweepOptions {
+            timeout: Some(spec.sweep_timeout),
+            ..SweepOptions::default()
+        };
+        let mut outcomes = sweep(reachable, &options).await?.into_iter();
+        let polls: Vec<(String, Result<f64, Error>)> = order
+            .iter()
+            .map(|(_, (address, connection))| {
+                let outcome = match connection {
+                    Ok(_) => outcomes.next().expect("one outcome per connection"),
+                    Err(error) => Err(error.clone()),
+                };
+                (address.clone(), outcome)
+            })
+            .collect();
+        self.log_changes(members, &polls);
+        Ok(Census {
+            at: Instant::now(),
+            took: started.elapsed(),
+            polls,
+        })
+    }
+
+    /// Logs a member that became unreachable (with why) or reachable again, once per change.
+    fn log_changes(&self, members: &mut Members, polls: &[(String, Result<f64, Error>)]) {
+        let mut now = HashSet::new();
+        for (address, poll) in polls {
+            if let Err(error) = poll {
+                let idle_unavailable = error.kind() == ErrorKind::IdleUnavailable;
+                if !members.unreachable.contains(address) {
+                    if idle_unavailable {
+                        tracing::warn!(source = %self.key.source, worker = %address,
+                            "worker predates the idle RPC: counted as the metadata's idleUnavailableAs says");
+                    } else {
+                        tracing::warn!(source = %self.key.source, worker = %address, %error,
+                            "worker unreachable: counted as the metadata's unreachableAs says");
+                    }
+                }
+                now.insert(address.clone());
+            }
+        }
+        for address in members.unreachable.difference(&now) {
+            if polls.iter().any(|(a, _)| a == address) {
+                tracing::info!(source = %self.key.source, worker = %address, "worker answering again");
+            }
+        }
+        members.unreachable = now;
+    }
+
+    /// The members now: listed, resolved or discovered.
+    async fn list(&self) -> Result<Vec<Member>, Error> {
+        match &self.key.source {
+            Source::Targets(targets) => Ok(targets
+                .iter()
+                .map(|target| Member::target(target.clone(), None))
+                .collect()),
+            Source::Dns { name, port } => {
+                let resolver = self
+                    .resolver
+                    .get_or_try_init(|| async {
+                        TokioResolver::builder_tokio()
+                            .map(|builder| builder.build())
+                            .map_err(|e| {
+                                transient(format!("cannot read the resolver configuration: {e}"))
+                            })?
+                            .map_err(|e| transient(format!("cannot make a DNS resolver: {e}")))
+                    })
+                    .await?;
+                let ips = match resolver.lookup_ip(name.as_str()).await {
+                    Ok(lookup) => lookup.iter().collect::<Vec<_>>(),
+                    // A headless Service with no ready pods has no records: no workers.
+                    Err(error) if error.is_no_records_found() => Vec::new(),
+                    Err(error) => return Err(transient(format!("resolving {name}: {error}"))),
+                };
+                let mut addresses: Vec<String> = ips
+                    .into_iter()
+                    .map(|ip| std::net::SocketAddr::new(ip, *port).to_string())
+                    .collect();
+                addresses.sort();
+                addresses.dedup();
+                Ok(addresses
+                    .into_iter()
+                    .map(|address| Member::target(address, Some(name.clone())))
+                    .collect())
+            }
+            Source::Namespace { name, lan } => {
+                let listing = match &self.local {
+                    Some(local) if !lan => {
+                        let local = local.clone();
+                        tokio::task::spawn_blocking(move || local.list()).await
+                    }
+                    _ => {
+                        let lan = LanDiscovery::new(name)?;
+                        tokio::task::spawn_blocking(move || lan.list()).await
+                    }
+                }
+                .map_err(|e| transient(format!("listing the namespace: {e}")))??;
+                Ok(listing
+                    .into_iter()
+                    .map(|worker| Member {
+                        key: format!(
+                            "{}@{} secure={} identity={:?}",
+                            worker.uid, worker.address, worker.secure, worker.identity
+                        ),
+                        address: worker.address.clone(),
+                        connect: Box::new(move |fleet: &Fleet| {
+                            worker.connect(fleet.credentials.as_ref(), ChannelOptions::default())
+                        }),
+                    })
+                    .collect())
+            }
+        }
+    }
+}
+
+/// A member as a listing gives it: a key that changes when how to reach it changes, the
+/// address it is shown by, and how to connect to it.
+struct Member {
+    key: String,
+    address: String,
+    connect: Box<dyn FnOnce(&Fleet) -> Result<WorkerConnection, Error> + Send>,
+}
+
+impl Member {
+    /// A listed or resolved target; over TLS (when the fleet has credentials) verified against
+    /// the metadata's `tlsServerName`, else `default_identity` (the DNS name), else the host.
+    fn target(address: String, default_identity: Option<String>) -> Self {
+        let target = address.clone();
+        Member {
+            key: address.clone(),
+            address,
+            connect: Box::new(move |fleet: &Fleet| {
+                let credentials = match (&fleet.credentials, default_identity) {
+                    (Some(credentials), Some(name)) if credentials.identity().is_none() => {
+                        Some(credentials.with_identity(&name)?)
+                    }
+                    (credentials, _) => credentials.clone(),
+                };
+                WorkerConnection::with_options(&target, credentials, ChannelOptions::default())
+            }),
+        }
+    }
+}
+
+fn transient(message: String) -> Error {
+    Error::new(ErrorKind::Transient, None, message)
+}
+
+/// The fleets the scaler is answering for, by [`FleetKey`].
+#[derive(Debug, Default)]
+pub(crate) struct Fleets {
+    fleets: Mutex<HashMap<FleetKey, Arc<Fleet>>>,
+}
+
+impl Fleets {
+    /// The fleet `spec` names, made on first use; fleets no call asked about for
+    /// [`UNUSED_FLEET_TTL`] and no stream holds are dropped here.
+    ///
+    /// Errors: as [`Fleet::new`] (a fleet that cannot be made is not kept).
+    pub(crate) fn get(&self, spec: &FleetSpec) -> Result<Arc<Fleet>, Error> {
+        let key = spec.fleet_key();
+        let mut fleets = self.fleets.lock().expect("not poisoned");
+        fleets.retain(|_, fleet| Arc::strong_count(fleet) > 1 || !fleet.unused());
+        if let Some(fleet) = fleets.get(&key) {
+            return Ok(Arc::clone(fleet));
+        }
+        let fleet = Arc::new(Fleet::new(spec)?);
+        tracing::info!(source = %fleet.source(), "watching a new fleet");
+        fleets.insert(key, Arc::clone(&fleet));
+        Ok(fleet)
+    }
+}

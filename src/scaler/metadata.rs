@@ -1,0 +1,384 @@
+//! A ScaledObject's `scalerMetadata`, read into what a sweep needs: which workers, how to
+//! count them, how to reach them, how fresh an answer must be.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::connection::Error;
+use crate::fleet::parse_duration;
+
+/// Keys KEDA itself puts in every external trigger's metadata (the scaler's own address and
+/// how KEDA reaches it): accepted and not ours to read.
+const KEDA_KEYS: &[&str] = &["scalerAddress", "enableTLS", "unsafeSsl"];
+
+/// Every key this scaler reads, for the message about an unknown one.
+const KEYS: &[&str] = &[
+    "namespace",
+    "discovery",
+    "dnsName",
+    "port",
+    "targets",
+    "idleThreshold",
+    "targetValue",
+    "maxSweepAge",
+    "sweepTimeout",
+    "unreachableAs",
+    "idleUnavailableAs",
+    "tlsCaCert",
+    "tlsClientCert",
+    "tlsClientKey",
+    "tlsServerName",
+];
+
+/// Where a fleet's workers come from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Source {
+    /// A Wool discovery namespace: this host's shared-memory registry, or DNS-SD on the LAN.
+    Namespace { name: String, lan: bool },
+    /// A DNS name whose A/AAAA records are the workers (a headless Service), each at `port`.
+    Dns { name: String, port: u16 },
+    /// A fixed list of targets.
+    Targets(Vec<String>),
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Namespace { name, lan: false } => write!(f, "namespace {name}"),
+            Source::Namespace { name, lan: true } => write!(f, "namespace {name} (LAN)"),
+            Source::Dns { name, port } => write!(f, "DNS {name} port {port}"),
+            Source::Targets(targets) => write!(f, "{} listed targets", targets.len()),
+        }
+    }
+}
+
+/// How a worker whose state the sweep could not read is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum CountAs {
+    /// As busy: the scaler never scales away work it cannot see (the default).
+    Busy,
+    /// As idle: not counted.
+    Idle,
+}
+
+/// TLS material for reaching the workers, by file path (read again when the files change).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct TlsFiles {
+    pub(crate) ca: PathBuf,
+    pub(crate) client: Option<(PathBuf, PathBuf)>,
+    pub(crate) server_name: Option<String>,
+}
+
+/// One ScaledObject's fleet, as its `scalerMetadata` describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct FleetSpec {
+    pub(crate) source: Source,
+    /// A worker idle for less than this is busy (default 5 min).
+    pub(crate) idle_threshold: Duration,
+    /// The HPA's target: busy workers per replica (default 1).
+    pub(crate) target_value: f64,
+    /// An answer comes from a sweep at most this old (default 5 s); also how often a
+    /// `StreamIsActive` stream sweeps.
+    pub(crate) max_sweep_age: Duration,
+    /// One deadline for a whole sweep (default 5 s).
+    pub(crate) sweep_timeout: Duration,
+    pub(crate) unreachable_as: CountAs,
+    pub(crate) idle_unavailable_as: CountAs,
+    pub(crate) tls: Option<TlsFiles>,
+}
+
+impl FleetSpec {
+    /// Reads `metadata`. A key ending in `FromEnv` (KEDA resolves its value from the workload's
+    /// environment) counts as the key without that suffix.
+    ///
+    /// Errors: [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument), naming the
+    /// key, for an unknown key, a bad value, none or more than one of `namespace`, `dnsName`
+    /// and `targets`, or half of a client certificate and key.
+    pub(crate) fn from_metadata(metadata: &HashMap<String, String>) -> Result<Self, Error> {
+        let mut values: BTreeMap<&str, &str> = BTreeMap::new();
+        for (key, value) in metadata {
+            if KEDA_KEYS.contains(&key.as_str()) {
+                continue;
+            }
+            let name = key.strip_suffix("FromEnv").unwrap_or(key);
+            let Some(known) = KEYS.iter().find(|k| **k == name) else {
+                return Err(invalid(format!(
+                    "unknown scalerMetadata key {key:?} (known: {})",
+                    KEYS.join(", ")
+                )));
+            };
+            if values.insert(known, value.trim()).is_some() {
+                return Err(invalid(format!(
+                    "{name:?} is given twice (also as {name}FromEnv)"
+                )));
+            }
+        }
+        let get = |key: &str| values.get(key).copied().filter(|v| !v.is_empty());
+        let duration = |key: &str, default: Duration| -> Result<Duration, Error> {
+            get(key).map_or(Ok(default), |text| {
+                parse_duration(text).map_err(|e| invalid(format!("{key}: {e}")))
+            })
+        };
+        let positive = |key: &str, default: Duration| -> Result<Duration, Error> {
+            let value = duration(key, default)?;
+            if value.is_zero() {
+                return Err(invalid(format!("{key} must be positive")));
+            }
+            Ok(value)
+        };
+        let source = match (get("namespace"), get("dnsName"), get("targets")) {
+            (Some(name), None, None) => Source::Namespace {
+                name: name.to_owned(),
+                lan: match get("discovery").unwrap_or("local") {
+                    "local" => false,
+                    "lan" => true,
+                    other => {
+                        return Err(invalid(format!(
+                            "discovery must be \"local\" or \"lan\", got {other:?}"
+                        )))
+                    }
+                },
+            },
+            (None, Some(name), None) => {
+                let port = get("port")
+                    .ok_or_else(|| invalid("dnsName needs a port (the workers' port)"))?;
+                let port = port
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|p| *p != 0)
+                    .ok_or_else(|| invalid(format!("port must be 1 to 65535, got {port:?}")))?;
+                Source::Dns {
+                    name: name.to_owned(),
+                    port,
+                }
+            }
+            (None, None, Some(list)) => {
+                let targets: Vec<String> = list
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                if targets.is_empty() {
+                    return Err(invalid("targets lists no target"));
+                }
+                for target in &targets {
+                    crate::connection::Target::parse(target)
+                        .map_err(|e| invalid(format!("targets: {target:?}: {}", e.message())))?;
+                }
+                Source::Targets(targets)
+            }
+            (None, None, None) => {
+                return Err(invalid(
+                    "say which workers: one of namespace (a Wool discovery namespace), \
+                     dnsName with port (e.g. a headless Service), or targets (comma-separated)",
+                ))
+            }
+            _ => return Err(invalid("give only one of namespace, dnsName and targets")),
+        };
+        if get("discovery").is_some() && !matches!(source, Source::Namespace { .. }) {
+            return Err(invalid("discovery applies to namespace only"));
+        }
+        if get("port").is_some() && !matches!(source, Source::Dns { .. }) {
+            return Err(invalid("port applies to dnsName only"));
+        }
+        let target_value = match get("targetValue") {
+            None => 1.0,
+            Some(text) => text
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v > 0.0)
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "targetValue must be a positive number of busy workers per replica, got {text:?}"
+                    ))
+                })?,
+        };
+        let count_as = |key: &str| match get(key).unwrap_or("busy") {
+            "busy" => Ok(CountAs::Busy),
+            "idle" => Ok(CountAs::Idle),
+            other => Err(invalid(format!(
+                "{key} must be \"busy\" or \"idle\", got {other:?}"
+            ))),
+        };
+        let tls =
+            match (get("tlsCaCert"), get("tlsClientCert"), get("tlsClientKey")) {
+                (None, None, None) => {
+                    if get("tlsServerName").is_some() {
+                        return Err(invalid("tlsServerName needs tlsCaCert"));
+                    }
+                    None
+                }
+                (None, _, _) => return Err(invalid(
+                    "tlsClientCert and tlsClientKey need tlsCaCert (the CA to verify workers with)",
+                )),
+                (Some(ca), cert, key) => Some(TlsFiles {
+                    ca: ca.into(),
+                    client: match (cert, key) {
+                        (Some(cert), Some(key)) => Some((cert.into(), key.into())),
+                        (None, None) => None,
+                        _ => return Err(invalid(
+                            "give tlsClientCert and tlsClientKey together (mutual TLS), or neither",
+                        )),
+                    },
+                    server_name: get("tlsServerName").map(str::to_owned),
+                }),
+            };
+        Ok(Self {
+            source,
+            idle_threshold: duration("idleThreshold", Duration::from_secs(300))?,
+            target_value,
+            max_sweep_age: duration("maxSweepAge", Duration::from_secs(5))?,
+            sweep_timeout: positive("sweepTimeout", Duration::from_secs(5))?,
+            unreachable_as: count_as("unreachableAs")?,
+            idle_unavailable_as: count_as("idleUnavailableAs")?,
+            tls,
+        })
+    }
+
+    /// What identifies the fleet: ScaledObjects whose metadata agree on the workers and on how
+    /// to reach them share one fleet, and so one sweep.
+    pub(crate) fn fleet_key(&self) -> FleetKey {
+        FleetKey {
+            source: self.source.clone(),
+            tls: self.tls.clone(),
+        }
+    }
+}
+
+/// The part of a [`FleetSpec`] that names a fleet (see [`FleetSpec::fleet_key`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct FleetKey {
+    pub(crate) source: Source,
+    pub(crate) tls: Option<TlsFiles>,
+}
+
+fn invalid(message: impl Into<String>) -> Error {
+    Error::invalid_argument(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(pairs: &[(&str, &str)]) -> Result<FleetSpec, Error> {
+        FleetSpec::from_metadata(
+            &pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn defaults_and_kedas_own_keys() {
+        let spec = read(&[("namespace", "batch"), ("scalerAddress", "scaler:9090")]).unwrap();
+        assert_eq!(
+            spec.source,
+            Source::Namespace {
+                name: "batch".into(),
+                lan: false
+            }
+        );
+        assert_eq!(spec.idle_threshold, Duration::from_secs(300));
+        assert_eq!(spec.target_value, 1.0);
+        assert_eq!(spec.max_sweep_age, Duration::from_secs(5));
+        assert_eq!(spec.unreachable_as, CountAs::Busy);
+        assert_eq!(spec.idle_unavailable_as, CountAs::Busy);
+        assert!(spec.tls.is_none());
+    }
+
+    #[test]
+    fn every_source_and_setting_reads() {
+        let spec = read(&[
+            ("dnsName", "wool-workers.default.svc"),
+            ("port", "50051"),
+            ("idleThreshold", "2m"),
+            ("targetValue", "0.5"),
+            ("maxSweepAge", "0"),
+            ("unreachableAs", "idle"),
+            ("idleUnavailableAsFromEnv", "idle"),
+            ("tlsCaCert", "/tls/ca.pem"),
+            ("tlsClientCert", "/tls/tls.crt"),
+            ("tlsClientKey", "/tls/tls.key"),
+            ("tlsServerName", "wool-workers"),
+        ])
+        .unwrap();
+        assert_eq!(
+            spec.source,
+            Source::Dns {
+                name: "wool-workers.default.svc".into(),
+                port: 50051
+            }
+        );
+        assert_eq!(spec.idle_threshold, Duration::from_secs(120));
+        assert_eq!(spec.target_value, 0.5);
+        assert_eq!(spec.max_sweep_age, Duration::ZERO);
+        assert_eq!(spec.unreachable_as, CountAs::Idle);
+        assert_eq!(spec.idle_unavailable_as, CountAs::Idle);
+        let tls = spec.tls.unwrap();
+        assert!(tls.client.is_some());
+        assert_eq!(tls.server_name.as_deref(), Some("wool-workers"));
+        let listed = read(&[("targets", "127.0.0.1:1, unix:/run/w.sock,")]).unwrap();
+        assert_eq!(
+            listed.source,
+            Source::Targets(vec!["127.0.0.1:1".into(), "unix:/run/w.sock".into()])
+        );
+    }
+
+    #[test]
+    fn bad_metadata_says_which_key() {
+        for (pairs, says) in [
+            (vec![], "say which workers"),
+            (vec![("namespace", "a"), ("targets", "h:1")], "only one"),
+            (
+                vec![("namespace", "a"), ("idleTreshold", "5m")],
+                "idleTreshold",
+            ),
+            (
+                vec![("namespace", "a"), ("idleThreshold", "soon")],
+                "idleThreshold",
+            ),
+            (
+                vec![("namespace", "a"), ("idleThreshold", "NaN")],
+                "idleThreshold",
+            ),
+            (
+                vec![("namespace", "a"), ("targetValue", "0")],
+                "targetValue",
+            ),
+            (
+                vec![("namespace", "a"), ("sweepTimeout", "0s")],
+                "sweepTimeout",
+            ),
+            (
+                vec![("namespace", "a"), ("unreachableAs", "gone")],
+                "unreachableAs",
+            ),
+            (vec![("namespace", "a"), ("discovery", "k8s")], "discovery"),
+            (vec![("dnsName", "w")], "port"),
+            (vec![("dnsName", "w"), ("port", "70000")], "port"),
+            (vec![("targets", "h:1"), ("port", "1")], "port applies"),
+            (vec![("targets", "h:notaport")], "targets"),
+            (vec![("targets", " , ")], "no target"),
+            (
+                vec![("targets", "h:1"), ("tlsClientCert", "/c")],
+                "tlsCaCert",
+            ),
+            (
+                vec![
+                    ("targets", "h:1"),
+                    ("tlsCaCert", "/a"),
+                    ("tlsClientKey", "/k"),
+                ],
+                "together",
+            ),
+            (vec![("namespace", "a"), ("namespaceFromEnv", "b")], "twice"),
+        ] {
+            let error = read(&pairs).unwrap_err();
+            assert_eq!(error.kind(), crate::ErrorKind::InvalidArgument, "{pairs:?}");
+            assert!(error.message().contains(says), "{pairs:?}: {error}");
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! A KEDA external scaler fed by the workers' idle time (what the `wool-scaler` binary serves).
+//!
+//! KEDA scales a Deployment, to zero included, on what an *external scaler* tells it. This one
+//! serves KEDA's `externalscaler.ExternalScaler` (`IsActive`, `StreamIsActive`,
+//! `GetMetricSpec`, `GetMetrics`, and the optional `StreamMetricSpec`;
+//! `proto/externalscaler/externalscaler.proto`) over the [`fleet`](crate::fleet) layer: each
+//! ScaledObject's `scalerMetadata` names a fleet of workers, the scaler sweeps their idle time,
+//! and answers:
+//!
+//! - the metric `wool-busy-workers`: workers with work in flight or idle for less than
+//!   `idleThreshold`, plus the unreachable and idle-unavailable ones where the metadata counts
+//!   them as busy (the default, so that nothing it cannot see is scaled away); the metric
+//!   spec's target is `targetValue` busy workers per replica;
+//! - `IsActive`: true while that count is above zero; `StreamIsActive` sends it, then each
+//!   change as soon as a sweep sees one.
+//!
+//! Every answer comes from a sweep no older than `maxSweepAge`; one sweep runs at a time per
+//! fleet and the calls arriving meanwhile share it. ScaledObjects whose metadata name the same
+//! workers, reached the same way, share the sweeps. The scaler also serves `grpc.health.v1`
+//! (SERVING until it stops) and server reflection.
+//!
+//! # `scalerMetadata`
+//!
+//! | key | meaning | default |
+//! |---|---|---|
+//! | `namespace` | a Wool discovery namespace (as given to Wool's `LocalDiscovery`/`LanDiscovery`) | — |
+//! | `discovery` | with `namespace`: `local` (this host's registry) or `lan` (DNS-SD) | `local` |
+//! | `dnsName`, `port` | a DNS name whose A/AAAA records are the workers (a headless Service), and their port | — |
+//! | `targets` | comma-separated worker targets (`host:port`, `unix:/path`) | — |
+//! | `idleThreshold` | a worker idle for less is busy (`300`, `5m`, `90s`) | `5m` |
+//! | `targetValue` | the HPA's target: busy workers per replica | `1` |
+//! | `maxSweepAge` | answers come from a sweep at most this old; a stream sweeps this often (at most every 250 ms) | `5s` |
+//! | `sweepTimeout` | one deadline for a whole sweep | `5s` |
+//! | `unreachableAs` | how a worker that cannot be reached counts: `busy` or `idle` | `busy` |
+//! | `idleUnavailableAs` | how a worker that predates the `idle` RPC counts: `busy` or `idle` | `busy` |
+//! | `tlsCaCert`, `tlsClientCert`, `tlsClientKey` | PEM files (paths in the scaler's container) to reach the workers over TLS, mutual with the client pair; read again when they change | plaintext |
+//! | `tlsServerName` | the name to verify workers' certificates against | the `dnsName`, else each target's host |
+//!
+//! Exactly one of `namespace`, `dnsName` and `targets` is given. A key ending in `FromEnv`
+//! counts as the key without it (KEDA resolves its value from the workload's environment);
+//! KEDA's own `scalerAddress`, `enableTLS` and `unsafeSsl` are ignored; any other key is an
+//! error (`INVALID_ARGUMENT`, naming it), as is a bad value. A fleet that cannot be listed
+//! (DNS failing, say) answers `UNAVAILABLE`; a name with no records is a fleet of none.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), wool::scaler::ScalerError> {
+//! let scaler = wool::scaler::Scaler::builder()
+//!     .listen("0.0.0.0:9090")
+//!     .metrics_listen("0.0.0.0:9100")
+//!     .serve()
+//!     .await?;
+//! println!("KEDA's scalerAddress: {}", scaler.address());
+//! scaler.wait().await // until shutdown() (wool-scaler calls it on SIGTERM)
+//! # }
+//! ```
+
+mod fleet;
+mod metadata;
+mod metrics;
+mod service;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Server;
+
+pub use service::METRIC_NAME;
+
+use crate::protocol::externalscaler::external_scaler_server::ExternalScalerServer;
+
+/// Errors of starting or running a scaler.
+#[derive(Debug, thiserror::Error)]
+pub enum ScalerError {
+    /// Binding a listener failed.
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// The address as given.
+        address: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The server-reflection service could not be built from the descriptors.
+    #[error("cannot build server reflection: {0}")]
+    Reflection(String),
+    /// The gRPC server failed while serving.
+    #[error("scaler server failed: {0}")]
+    Serve(#[from] tonic::transport::Error),
+    /// The server task panicked or was aborted.
+    #[error("scaler server task ended abnormally: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+/// Builds a [`ScalerHandle`]: a serving scaler.
+#[derive(Debug)]
+pub struct Scaler;
+
+impl Scaler {
+    /// A builder listening on `127.0.0.1:9090` unless told otherwise.
+    pub fn builder() -> ScalerBuilder {
+        ScalerBuilder {
+            listen: "127.0.0.1:9090".into(),
+            metrics_listen: None,
+        }
+    }
+}
+
+/// How a scaler listens.
+#[derive(Debug, Clone)]
+pub struct ScalerBuilder {
+    listen: String,
+    metrics_listen: Option<String>,
+}
+
+impl ScalerBuilder {
+    /// The gRPC address KEDA calls (`host:port`, plaintext; port 0 picks a free one).
+    pub fn listen(mut self, address: impl Into<String>) -> Self {
+        self.listen = address.into();
+        self
+    }
+
+    /// Also serve Prometheus metrics over HTTP on `address` (`host:port`).
+    pub fn metrics_listen(mut self, address: impl Into<String>) -> Self {
+        self.metrics_listen = Some(address.into());
+        self
+    }
+
+    /// Binds and starts serving on the current tokio runtime.
+    ///
+    /// Errors: [`ScalerError::Bind`] when an address cannot be bound,
+    /// [`ScalerError::Reflection`] if the reflection service cannot be built.
+    pub async fn serve(self) -> Result<ScalerHandle, ScalerError> {
+        let shutdown = CancellationToken::new();
+        let metrics = Arc::new(metrics::ScalerMetrics::new());
+        let service = ExternalScalerServer::new(service::ScalerService {
+            fleets: Arc::default(),
+            metrics: Arc::clone(&metrics),
+            shutdown: shutdown.clone(),
+        });
+        let (reporter, health) = tonic_health::server::health_reporter();
+        reporter
+            .set_serving::<ExternalScalerServer<service::ScalerService>>()
+            .await;
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(
+                crate::protocol::externalscaler::FILE_DESCRIPTOR_SET,
+            )
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .map_err(|e| ScalerError::Reflection(e.to_string()))?;
+        let (listener, address) = bind(&self.listen).await?;
+        let metrics_address = match &self.metrics_listen {
+            Some(spec) => {
+                let (listener, local) = bind(spec).await?;
+                let scrape = Arc::clone(&metrics);
+                crate::worker::metrics::serve(
+                    listener,
+                    Arc::new(move || scrape.encode()),
+                    shutdown.clone(),
+                );
+                Some(local)
+            }
+            None => None,
+        };
+        let router = Server::builder()
+            .tcp_nodelay(true)
+            .add_service(service)
+            .add_service(health)
+            .add_service(reflection);
+        let stopping = shutdown.clone();
+        let server = tokio::spawn(async move {
+            let stopped = stopping.clone();
+            let ended =
+                router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+                    stopped.cancelled().await;
+                    reporter
+                        .set_service_status("", tonic_health::ServingStatus::NotServing)
+                        .await;
+                    reporter
+                        .set_not_serving::<ExternalScalerServer<service::ScalerService>>()
+                        .await;
+                });
+            ended.await
+        });
+        tracing::info!(%address, metrics = ?metrics_address, "scaler listening");
+        Ok(ScalerHandle {
+            address,
+            metrics_address,
+            metrics,
+            shutdown,
+            server: tokio::sync::Mutex::new(Some(server)),
+        })
+    }
+}
+
+async fn bind(address: &str) -> Result<(TcpListener, SocketAddr), ScalerError> {
+    let bind_error = |source| ScalerError::Bind {
+        address: address.to_owned(),
+        source,
+    };
+    let listener = TcpListener::bind(address).await.map_err(bind_error)?;
+    let local = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, local))
+}
+
+/// A serving scaler.
+#[derive(Debug)]
+pub struct ScalerHandle {
+    address: SocketAddr,
+    metrics_address: Option<SocketAddr>,
+    metrics: Arc<metrics::ScalerMetrics>,
+    shutdown: CancellationToken,
+    server: tokio::sync::Mutex<Option<JoinHandle<Result<(), tonic::transport::Error>>>>,
+}
+
+impl ScalerHandle {
+    /// Where KEDA reaches it (the bound address: a port 0 resolved).
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Where its metrics are served, when asked for.
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.metrics_address
+    }
+
+    /// The metrics' text exposition now (what a scrape returns).
+    pub fn metrics_text(&self) -> String {
+        self.metrics.encode()
+    }
+
+    /// Begins a clean stop: health turns NOT_SERVING, open streams end (KEDA reopens them on
+    /// another replica or after a restart), calls in progress finish, new connections are
+    /// refused. [`wait`](Self::wait) returns once done.
+    pub fn shutdown(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// Waits until the scaler has stopped (after [`shutdown`](Self::shutdown)).
+    ///
+    /// Errors: [`ScalerError::Serve`] or [`ScalerError::Join`] if the server failed.
+    pub async fn wait(&self) -> Result<(), ScalerError> {
+        let task = self.server.lock().await.take();
+        match task {
+            Some(task) => Ok(task.await??),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for ScalerHandle {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}

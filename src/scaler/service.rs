@@ -1,0 +1,231 @@
+//! KEDA's `externalscaler.ExternalScaler` service over the fleets.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::Stream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+use super::fleet::{Count, Fleet, Fleets, Freshness};
+use super::metadata::FleetSpec;
+use super::metrics::{Answer, ScalerMetrics};
+use crate::connection::{Error, ErrorKind};
+use crate::protocol::externalscaler::external_scaler_server::ExternalScaler;
+use crate::protocol::externalscaler::{
+    GetMetricSpecResponse, GetMetricsRequest, GetMetricsResponse, IsActiveResponse, MetricSpec,
+    MetricValue, ScaledObjectRef,
+};
+
+/// The one metric this scaler gives: the number of busy workers.
+pub const METRIC_NAME: &str = "wool-busy-workers";
+
+/// The shortest time between a stream's sweeps, whatever `maxSweepAge` says.
+const MIN_STREAM_PERIOD: Duration = Duration::from_millis(250);
+
+/// The service: fleets by metadata, the scaler's metrics, and its shutdown (which ends streams).
+pub(crate) struct ScalerService {
+    pub(crate) fleets: Arc<Fleets>,
+    pub(crate) metrics: Arc<ScalerMetrics>,
+    pub(crate) shutdown: CancellationToken,
+}
+
+/// `namespace/name` of the ScaledObject a call is for, as the metrics label it.
+fn scaled_object(reference: &ScaledObjectRef) -> String {
+    format!("{}/{}", reference.namespace, reference.name)
+}
+
+/// A call's failure as the status KEDA gets: bad metadata is `INVALID_ARGUMENT`, a fleet that
+/// cannot be listed now `UNAVAILABLE` (KEDA then keeps the replica count as it is).
+fn status(error: Error) -> Status {
+    match error.kind() {
+        ErrorKind::InvalidArgument => Status::invalid_argument(error.message()),
+        _ => Status::unavailable(error.message()),
+    }
+}
+
+impl ScalerService {
+    /// The spec and fleet a call names.
+    fn fleet(&self, reference: &ScaledObjectRef) -> Result<(FleetSpec, Arc<Fleet>), Status> {
+        let spec = FleetSpec::from_metadata(&reference.scaler_metadata).map_err(status)?;
+        let fleet = self.fleets.get(&spec).map_err(status)?;
+        Ok((spec, fleet))
+    }
+
+    /// The count a call answers from, recorded in the metrics under `rpc`.
+    async fn count(&self, reference: &ScaledObjectRef, rpc: &'static str) -> Result<Count, Status> {
+        let answer = async {
+            let (spec, fleet) = self.fleet(reference)?;
+            let (census, freshness) = fleet.census(&spec).await.map_err(|error| {
+                self.metrics.sweep_failed();
+                tracing::warn!(source = %fleet.source(), %error, "the fleet cannot be listed");
+                status(error)
+            })?;
+            if freshness == Freshness::Swept {
+                self.metrics.swept(census.took);
+            }
+            let count = census.count(&spec);
+            self.metrics.record(&scaled_object(reference), &count);
+            Ok::<_, Status>((count, freshness))
+        }
+        .await;
+        self.metrics.call(
+            rpc,
+            match &answer {
+                Ok((_, Freshness::Swept)) => Answer::Swept,
+                Ok((_, Freshness::Cached)) => Answer::Cached,
+                Err(_) => Answer::Failed,
+            },
+        );
+        answer.map(|(count, _)| count)
+    }
+}
+
+type IsActiveStream = Pin<Box<dyn Stream<Item = Result<IsActiveResponse, Status>> + Send>>;
+type MetricSpecStream = Pin<Box<dyn Stream<Item = Result<GetMetricSpecResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl ExternalScaler for ScalerService {
+    async fn is_active(
+        &self,
+        request: Request<ScaledObjectRef>,
+    ) -> Result<Response<IsActiveResponse>, Status> {
+        let count = self.count(request.get_ref(), "IsActive").await?;
+        Ok(Response::new(IsActiveResponse {
+            result: count.active(),
+        }))
+    }
+
+    type StreamIsActiveStream = IsActiveStream;
+
+    /// Sends whether the fleet is active now, then again each time that changes: the stream
+    /// sweeps every `maxSweepAge` (at least [`MIN_STREAM_PERIOD`] apart) and also looks at every
+    /// sweep other calls make of the same fleet. Ends when the caller goes or the scaler stops.
+    async fn stream_is_active(
+        &self,
+        request: Request<ScaledObjectRef>,
+    ) -> Result<Response<Self::StreamIsActiveStream>, Status> {
+        let reference = request.into_inner();
+        let (spec, fleet) = self.fleet(&reference)?;
+        let label = scaled_object(&reference);
+        let metrics = Arc::clone(&self.metrics);
+        let shutdown = self.shutdown.clone();
+        let (sender, receiver) = tokio::sync::mpsc::channel(1);
+        let period = spec.max_sweep_age.max(MIN_STREAM_PERIOD);
+        tokio::spawn(async move {
+            let mut sweeps = fleet.subscribe();
+            let mut sent: Option<bool> = None;
+            loop {
+                match fleet.census(&spec).await {
+                    Ok((census, freshness)) => {
+                        sweeps.borrow_and_update();
+                        if freshness == Freshness::Swept {
+                            metrics.swept(census.took);
+                        }
+                        let count = census.count(&spec);
+                        metrics.record(&label, &count);
+                        if sent != Some(count.active()) {
+                            let response = IsActiveResponse {
+                                result: count.active(),
+                            };
+                            if sender.send(Ok(response)).await.is_err() {
+                                return;
+                            }
+                            metrics.call("StreamIsActive", Answer::Swept);
+                            sent = Some(count.active());
+                        }
+                    }
+                    Err(error) => {
+                        metrics.sweep_failed();
+                        tracing::warn!(source = %fleet.source(), %error, "the fleet cannot be listed");
+                        if sent.is_none() {
+                            // Nothing said yet: say why, and end (KEDA opens a new stream).
+                            let _ = sender.send(Err(status(error))).await;
+                            return;
+                        }
+                    }
+                }
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = sender.closed() => return,
+                    () = tokio::time::sleep(period) => {}
+                    changed = sweeps.changed() => if changed.is_err() { return },
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(receiver),
+        )))
+    }
+
+    async fn get_metric_spec(
+        &self,
+        request: Request<ScaledObjectRef>,
+    ) -> Result<Response<GetMetricSpecResponse>, Status> {
+        let (spec, _) = self.fleet(request.get_ref())?;
+        self.metrics.call("GetMetricSpec", Answer::Cached);
+        Ok(Response::new(metric_spec(&spec)))
+    }
+
+    async fn get_metrics(
+        &self,
+        request: Request<GetMetricsRequest>,
+    ) -> Result<Response<GetMetricsResponse>, Status> {
+        let request = request.into_inner();
+        if request.metric_name != METRIC_NAME {
+            return Err(Status::not_found(format!(
+                "this scaler gives one metric, {METRIC_NAME:?}, not {:?}",
+                request.metric_name
+            )));
+        }
+        let reference = request
+            .scaled_object_ref
+            .ok_or_else(|| Status::invalid_argument("scaledObjectRef is missing"))?;
+        let count = self.count(&reference, "GetMetrics").await?;
+        Ok(Response::new(GetMetricsResponse {
+            metric_values: vec![MetricValue {
+                metric_name: METRIC_NAME.to_owned(),
+                metric_value: i64::try_from(count.metric).unwrap_or(i64::MAX),
+                metric_value_float: count.metric as f64,
+            }],
+        }))
+    }
+
+    type StreamMetricSpecStream = MetricSpecStream;
+
+    /// Sends the metric spec once (it changes only with the metadata, and new metadata is a new
+    /// call), then holds the stream open until the caller goes or the scaler stops, as KEDA
+    /// asks of a scaler that implements it.
+    async fn stream_metric_spec(
+        &self,
+        request: Request<ScaledObjectRef>,
+    ) -> Result<Response<Self::StreamMetricSpecStream>, Status> {
+        let (spec, _) = self.fleet(request.get_ref())?;
+        let (sender, receiver) = tokio::sync::mpsc::channel(1);
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            if sender.send(Ok(metric_spec(&spec))).await.is_ok() {
+                tokio::select! {
+                    () = shutdown.cancelled() => {}
+                    () = sender.closed() => {}
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(receiver),
+        )))
+    }
+}
+
+/// The metric spec: [`METRIC_NAME`] with the metadata's `targetValue` (busy workers per
+/// replica) as the float target and, rounded up, as KEDA's deprecated integer one.
+fn metric_spec(spec: &FleetSpec) -> GetMetricSpecResponse {
+    GetMetricSpecResponse {
+        metric_specs: vec![MetricSpec {
+            metric_name: METRIC_NAME.to_owned(),
+            target_size: spec.target_value.ceil() as i64,
+            target_size_float: spec.target_value,
+        }],
+    }
+}
