@@ -208,35 +208,6 @@ fn server_reflection_lists_and_describes_the_services() {
     });
 }
 
-/// One scrape of `address` over plain HTTP/1.1: the exposition's samples by name (labels left
-/// out), after checking the status line and content type.
-fn scrape(address: &str) -> std::collections::HashMap<String, f64> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(
-        head.to_ascii_lowercase()
-            .contains("content-type: application/openmetrics-text"),
-        "{head}"
-    );
-    assert!(body.trim_end().ends_with("# EOF"), "{body}");
-    body.lines()
-        .filter(|line| !line.starts_with('#') && !line.is_empty())
-        .map(|line| {
-            let (name, value) = line.rsplit_once(' ').unwrap();
-            (name.to_owned(), value.parse::<f64>().unwrap())
-        })
-        .collect()
-}
-
 /// Given a worker with a metrics port, when tasks run, finish, fail, are cancelled and idle is
 /// polled, then a scrape over HTTP shows each counter and the gauges (in flight, idle seconds,
 /// stopping) as they are.
@@ -245,7 +216,7 @@ fn metrics_scrapes_show_tasks_polls_and_the_stop_state() {
     let metrics_address = common::unused_local_address();
     let mut worker = WorkerProcess::spawn(&["--metrics-listen".into(), metrics_address.clone()]);
     let runtime = runtime();
-    let before = scrape(&metrics_address);
+    let before = common::scrape(&metrics_address);
     assert_eq!(before["wool_worker_tasks_in_flight"], 0.0);
     assert_eq!(before["wool_worker_tasks_started_total"], 0.0);
     assert_eq!(before["wool_worker_stopping"], 0.0);
@@ -283,7 +254,7 @@ fn metrics_scrapes_show_tasks_polls_and_the_stop_state() {
         }
         let during = tokio::task::spawn_blocking({
             let address = metrics_address.clone();
-            move || scrape(&address)
+            move || common::scrape(&address)
         })
         .await
         .unwrap();

@@ -101,11 +101,17 @@ pub(crate) struct Fleet {
     last_used: Mutex<Instant>,
 }
 
+/// A member's address (as shown) and its connection, or why none could be made.
+struct Connected {
+    address: String,
+    connection: Result<Arc<WorkerConnection>, Error>,
+}
+
 /// The connections of the members seen by the last sweep, by member key, and which of them
 /// were unreachable (to log changes, not every sweep).
 #[derive(Default)]
 struct Members {
-    connections: HashMap<String, (String, Result<Arc<WorkerConnection>, Error>)>,
+    connections: HashMap<String, Connected>,
     unreachable: HashSet<String>,
 }
 
@@ -207,18 +213,20 @@ impl Fleet {
         for member in listed {
             let entry = match members.connections.remove(&member.key) {
                 Some(entry) => entry,
-                None => (member.address.clone(), (member.connect)(self).map(Arc::new)),
+                None => Connected {
+                    address: member.address.clone(),
+                    connection: (member.connect)(self).map(Arc::new),
+                },
             };
             connections.insert(member.key, entry);
         }
         members.connections = connections;
-        let mut order: Vec<(&String, &(String, Result<Arc<WorkerConnection>, Error>))> =
-            members.connections.iter().collect();
-        order.sort_by(|a, b| (&a.1 .0, a.0).cmp(&(&b.1 .0, b.0)));
+        let mut order: Vec<(&String, &Connected)> = members.connections.iter().collect();
+        order.sort_by(|a, b| (&a.1.address, a.0).cmp(&(&b.1.address, b.0)));
         // Owned handles: the sweep's future must not borrow from this guard's lifetime.
         let reachable: Vec<Arc<WorkerConnection>> = order
             .iter()
-            .filter_map(|(_, (_, connection))| connection.as_ref().ok().cloned())
+            .filter_map(|(_, member)| member.connection.as_ref().ok().cloned())
             .collect();
         let options = SweepOptions {
             timeout: Some(spec.sweep_timeout),
@@ -227,12 +235,12 @@ impl Fleet {
         let mut outcomes = sweep(reachable, &options).await?.into_iter();
         let polls: Vec<(String, Result<f64, Error>)> = order
             .iter()
-            .map(|(_, (address, connection))| {
-                let outcome = match connection {
+            .map(|(_, member)| {
+                let outcome = match &member.connection {
                     Ok(_) => outcomes.next().expect("one outcome per connection"),
                     Err(error) => Err(error.clone()),
                 };
-                (address.clone(), outcome)
+                (member.address.clone(), outcome)
             })
             .collect();
         self.log_changes(members, &polls);
@@ -340,8 +348,11 @@ impl Fleet {
 struct Member {
     key: String,
     address: String,
-    connect: Box<dyn FnOnce(&Fleet) -> Result<WorkerConnection, Error> + Send>,
+    connect: Connect,
 }
+
+/// How a listed member is connected to, once, when first seen.
+type Connect = Box<dyn FnOnce(&Fleet) -> Result<WorkerConnection, Error> + Send>;
 
 impl Member {
     /// A listed or resolved target; over TLS (when the fleet has credentials) verified against

@@ -66,11 +66,15 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tonic::transport::Server;
 
 pub use service::METRIC_NAME;
 
 use crate::protocol::externalscaler::external_scaler_server::ExternalScalerServer;
+
+/// How long a stop waits for the open streams to end before stopping the server.
+const STREAMS_END_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Errors of starting or running a scaler.
 #[derive(Debug, thiserror::Error)]
@@ -134,11 +138,14 @@ impl ScalerBuilder {
     /// [`ScalerError::Reflection`] if the reflection service cannot be built.
     pub async fn serve(self) -> Result<ScalerHandle, ScalerError> {
         let shutdown = CancellationToken::new();
+        let end_streams = CancellationToken::new();
+        let streams = TaskTracker::new();
         let metrics = Arc::new(metrics::ScalerMetrics::new());
         let service = ExternalScalerServer::new(service::ScalerService {
             fleets: Arc::default(),
             metrics: Arc::clone(&metrics),
-            shutdown: shutdown.clone(),
+            shutdown: end_streams.clone(),
+            streams: streams.clone(),
         });
         let (reporter, health) = tonic_health::server::health_reporter();
         reporter
@@ -170,21 +177,23 @@ impl ScalerBuilder {
             .add_service(service)
             .add_service(health)
             .add_service(reflection);
-        let stopping = shutdown.clone();
-        let server = tokio::spawn(async move {
-            let stopped = stopping.clone();
-            let ended =
-                router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-                    stopped.cancelled().await;
-                    reporter
-                        .set_service_status("", tonic_health::ServingStatus::NotServing)
-                        .await;
-                    reporter
-                        .set_not_serving::<ExternalScalerServer<service::ScalerService>>()
-                        .await;
-                });
-            ended.await
-        });
+        let stopped = shutdown.clone();
+        let stop = async move {
+            stopped.cancelled().await;
+            reporter
+                .set_service_status("", tonic_health::ServingStatus::NotServing)
+                .await;
+            reporter
+                .set_not_serving::<ExternalScalerServer<service::ScalerService>>()
+                .await;
+            // The streams end first, each with its status; then the server stops.
+            end_streams.cancel();
+            streams.close();
+            let _ = tokio::time::timeout(STREAMS_END_LIMIT, streams.wait()).await;
+        };
+        let server = tokio::spawn(
+            router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop),
+        );
         tracing::info!(%address, metrics = ?metrics_address, "scaler listening");
         Ok(ScalerHandle {
             address,
@@ -243,11 +252,15 @@ impl ScalerHandle {
     ///
     /// Errors: [`ScalerError::Serve`] or [`ScalerError::Join`] if the server failed.
     pub async fn wait(&self) -> Result<(), ScalerError> {
-        let task = self.server.lock().await.take();
-        match task {
-            Some(task) => Ok(task.await??),
-            None => Ok(()),
-        }
+        // The task stays in place until it has ended: a wait given up (a `select!` that took
+        // another branch) leaves it for the next one.
+        let mut server = self.server.lock().await;
+        let Some(task) = server.as_mut() else {
+            return Ok(());
+        };
+        let joined = (&mut *task).await;
+        *server = None;
+        Ok(joined??)
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures_util::Stream;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status};
 
 use super::fleet::{Count, Fleet, Fleets, Freshness};
@@ -24,11 +25,13 @@ pub const METRIC_NAME: &str = "wool-busy-workers";
 /// The shortest time between a stream's sweeps, whatever `maxSweepAge` says.
 const MIN_STREAM_PERIOD: Duration = Duration::from_millis(250);
 
-/// The service: fleets by metadata, the scaler's metrics, and its shutdown (which ends streams).
+/// The service: fleets by metadata, the scaler's metrics, and its streams (ended by `shutdown`
+/// before the server stops, so that each ends with its status rather than a closed socket).
 pub(crate) struct ScalerService {
     pub(crate) fleets: Arc<Fleets>,
     pub(crate) metrics: Arc<ScalerMetrics>,
     pub(crate) shutdown: CancellationToken,
+    pub(crate) streams: TaskTracker,
 }
 
 /// `namespace/name` of the ScaledObject a call is for, as the metrics label it.
@@ -113,7 +116,7 @@ impl ExternalScaler for ScalerService {
         let shutdown = self.shutdown.clone();
         let (sender, receiver) = tokio::sync::mpsc::channel(1);
         let period = spec.max_sweep_age.max(MIN_STREAM_PERIOD);
-        tokio::spawn(async move {
+        self.streams.spawn(async move {
             let mut sweeps = fleet.subscribe();
             let mut sent: Option<bool> = None;
             loop {
@@ -204,7 +207,7 @@ impl ExternalScaler for ScalerService {
         let (spec, _) = self.fleet(request.get_ref())?;
         let (sender, receiver) = tokio::sync::mpsc::channel(1);
         let shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
+        self.streams.spawn(async move {
             if sender.send(Ok(metric_spec(&spec))).await.is_ok() {
                 tokio::select! {
                     () = shutdown.cancelled() => {}

@@ -297,6 +297,36 @@ pub fn unused_local_address() -> String {
     address
 }
 
+/// One scrape of a metrics endpoint at `address` over plain HTTP/1.1: the exposition's samples
+/// by name with their labels (`wool_scaler_active{scaledobject="default/w"}`), after checking
+/// the status line and content type.
+pub fn scrape(address: &str) -> std::collections::HashMap<String, f64> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/openmetrics-text"),
+        "{head}"
+    );
+    assert!(body.trim_end().ends_with("# EOF"), "{body}");
+    body.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .map(|line| {
+            let (name, value) = line.rsplit_once(' ').unwrap();
+            (name.to_owned(), value.parse::<f64>().unwrap())
+        })
+        .collect()
+}
+
 /// A worker that predates the `idle` RPC, as Wool 0.13.1's does: every RPC but `idle` behaves,
 /// `idle` answers `UNIMPLEMENTED` ("Method not found!", grpcio's text). Serves on the current
 /// runtime until the returned task is aborted; returns its address.

@@ -1,0 +1,531 @@
+//! `wool-scaler` driven by KEDA's own client: `tests/keda` (KEDA's generated
+//! `externalscaler` package, github.com/kedacore/keda/v2 v2.21.0, over grpc-go), built by
+//! `scripts/ensure-keda-client.sh`, making the calls KEDA makes. Against real workers: ours
+//! (`wool-worker` processes, listed, resolved from DNS, over mutual TLS) and a real Wool 0.15.7
+//! pool found by its discovery namespace.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use common::{WoolPool, WorkerProcess};
+use serde_json::Value;
+use wool::WorkerConnection;
+
+/// A `wool-scaler` process, SIGKILLed on drop if still running.
+struct ScalerProcess {
+    child: Child,
+    address: String,
+    metrics: String,
+    log: Receiver<String>,
+}
+
+impl ScalerProcess {
+    fn start() -> Self {
+        let metrics = common::unused_local_address();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wool-scaler"))
+            .args(["--listen", "127.0.0.1:0", "--metrics-listen", &metrics])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("wool-scaler starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let address = line.trim().to_owned();
+        assert!(!address.is_empty(), "wool-scaler printed no address");
+        let (lines, log) = std::sync::mpsc::channel();
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                eprintln!("scaler: {line}");
+                let _ = lines.send(line);
+            }
+        });
+        Self {
+            child,
+            address,
+            metrics,
+            log,
+        }
+    }
+
+    /// One KEDA polling cycle (GetMetricSpec, GetMetrics, IsActive) for a ScaledObject with
+    /// this metadata: KEDA's client's JSON.
+    fn poll(&self, name: &str, meta: &[(&str, &str)]) -> Value {
+        let output = keda_client("poll", &self.address, name, meta)
+            .stdout(Stdio::piped())
+            .output()
+            .expect("keda-client runs");
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "keda-client printed no JSON ({e}): {}",
+                String::from_utf8_lossy(&output.stdout)
+            )
+        })
+    }
+
+    /// The metric KEDA read for `name` (from the float field; the integer one must agree).
+    fn busy(&self, name: &str, meta: &[(&str, &str)]) -> (f64, bool) {
+        let answer = self.poll(name, meta);
+        let value = &answer["values"][0];
+        assert!(answer.get("error").is_none(), "{answer}");
+        let float = value["metricValueFloat"].as_f64().unwrap_or(0.0);
+        let int = value["metricValue"].as_i64().unwrap_or(0);
+        assert_eq!(
+            float, int as f64,
+            "the two metric fields disagree: {answer}"
+        );
+        (float, answer["active"].as_bool().unwrap_or(false))
+    }
+
+    /// Polls until the metric and activity read `want`, within `limit`.
+    fn busy_until(&self, name: &str, meta: &[(&str, &str)], want: (f64, bool), limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let mut seen = self.busy(name, meta);
+        while seen != want && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            seen = self.busy(name, meta);
+        }
+        assert_eq!(seen, want, "(metric, active) never became {want:?}");
+    }
+
+    /// StreamIsActive, opened by KEDA's client.
+    fn stream(&self, name: &str, meta: &[(&str, &str)]) -> ActiveStream {
+        let mut child = keda_client("stream", &self.address, name, meta)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("keda-client runs");
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                let _ = tx.send(serde_json::from_str::<Value>(&line).unwrap());
+            }
+        });
+        ActiveStream { child, lines }
+    }
+}
+
+impl Drop for ScalerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A StreamIsActive stream as KEDA's client prints it.
+struct ActiveStream {
+    child: Child,
+    lines: Receiver<Value>,
+}
+
+impl ActiveStream {
+    /// The next answer within `limit`: whether active, and when it came.
+    fn next(&self, limit: Duration) -> (bool, Instant) {
+        let line = self
+            .lines
+            .recv_timeout(limit)
+            .unwrap_or_else(|_| panic!("StreamIsActive sent nothing within {limit:?}"));
+        let active = line["active"]
+            .as_bool()
+            .unwrap_or_else(|| panic!("the stream ended: {line}"));
+        (active, Instant::now())
+    }
+}
+
+impl Drop for ActiveStream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The pinned KEDA client (built once per test process).
+fn keda_client(mode: &str, address: &str, name: &str, meta: &[(&str, &str)]) -> Command {
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let bin = BIN.get_or_init(|| {
+        let output = Command::new(common::repo().join("scripts/ensure-keda-client.sh"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("scripts/ensure-keda-client.sh runs");
+        assert!(output.status.success(), "building the KEDA client failed");
+        std::path::PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
+    });
+    let mut command = Command::new(bin);
+    command.args([mode, "--address", address, "--name", name]);
+    for (key, value) in meta {
+        command.args(["--meta", &format!("{key}={value}")]);
+    }
+    command.stdin(Stdio::null()).stderr(Stdio::inherit());
+    command
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Dispatches `sleep seconds` to the worker at `address` in the background and waits until it
+/// is in flight there (the worker's idle reads 0).
+fn occupy(
+    runtime: &tokio::runtime::Runtime,
+    address: &str,
+    seconds: u32,
+) -> tokio::task::JoinHandle<()> {
+    let connection = WorkerConnection::new(address).unwrap();
+    let task = runtime.spawn(async move {
+        let args = seconds.to_string().into_bytes();
+        connection.dispatch("sleep", args, None).await.unwrap();
+    });
+    let probe = WorkerConnection::new(address).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while runtime
+        .block_on(probe.idle(Some(Duration::from_secs(2))))
+        .unwrap()
+        != 0.0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the task never reached {address}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    task
+}
+
+/// Given three of our workers idle past the threshold, when two take work and it drains, then
+/// KEDA's client reads metric 0 and inactive, then metric 2 and active (StreamIsActive pushes
+/// it within one sweep period), then metric 0 and inactive again once the work drained and the
+/// threshold passed; the integer and float metric fields agree, the spec's target is
+/// `targetValue`.
+#[test]
+fn our_workers_go_active_under_load_and_inactive_once_drained() {
+    let workers: Vec<WorkerProcess> = (0..3).map(|_| WorkerProcess::plaintext()).collect();
+    let targets = workers
+        .iter()
+        .map(|w| w.address.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    let meta = [
+        ("targets", targets.as_str()),
+        ("idleThreshold", "1s"),
+        ("maxSweepAge", "200ms"),
+        ("targetValue", "2"),
+    ];
+    let scaler = ScalerProcess::start();
+    std::thread::sleep(Duration::from_millis(1100));
+    let answer = scaler.poll("ours", &meta);
+    assert_eq!(
+        answer["specs"][0]["metricName"], "wool-busy-workers",
+        "{answer}"
+    );
+    assert_eq!(answer["specs"][0]["targetSizeFloat"], 2.0, "{answer}");
+    assert_eq!(answer["specs"][0]["targetSize"], 2, "{answer}");
+    scaler.busy_until("ours", &meta, (0.0, false), Duration::from_secs(5));
+    let stream = scaler.stream("ours", &meta);
+    assert!(
+        !stream.next(Duration::from_secs(10)).0,
+        "idle fleet streamed as active"
+    );
+
+    let runtime = runtime();
+    let started = Instant::now();
+    let tasks = [
+        occupy(&runtime, &workers[0].address, 3),
+        occupy(&runtime, &workers[1].address, 3),
+    ];
+    let in_flight = Instant::now();
+    let (active, at) = stream.next(Duration::from_secs(10));
+    assert!(
+        active,
+        "the stream's next answer after the load is not active"
+    );
+    // One sweep period (maxSweepAge, 200 ms) plus the sweep itself: generous bound.
+    let after = at.saturating_duration_since(in_flight);
+    eprintln!(
+        "StreamIsActive: active {} ms after both tasks were in flight ({} ms after dispatch)",
+        after.as_millis(),
+        at.duration_since(started).as_millis()
+    );
+    assert!(
+        after < Duration::from_secs(3),
+        "active only after {after:?}"
+    );
+    assert_eq!(scaler.busy("ours", &meta), (2.0, true));
+
+    for task in tasks {
+        runtime.block_on(task).unwrap();
+    }
+    let drained = Instant::now();
+    let (active, at) = stream.next(Duration::from_secs(15));
+    assert!(
+        !active,
+        "the stream's next answer after the drain is not inactive"
+    );
+    let after = at.duration_since(drained);
+    eprintln!(
+        "StreamIsActive: inactive {} ms after the work drained (threshold 1 s)",
+        after.as_millis()
+    );
+    assert!(
+        after >= Duration::from_millis(900),
+        "inactive before the threshold: {after:?}"
+    );
+    assert_eq!(scaler.busy("ours", &meta), (0.0, false));
+
+    let metrics = common::scrape(&scaler.metrics);
+    assert_eq!(
+        metrics[r#"wool_scaler_workers{scaledobject="default/ours",state="idle"}"#],
+        3.0
+    );
+    assert!(metrics[r#"wool_scaler_calls_total{rpc="GetMetrics",answer="swept"}"#] >= 1.0);
+    drop(stream);
+}
+
+/// Given two idle workers, when one vanishes (SIGKILL), then by default it counts as busy (the
+/// scaler never scales away work it cannot see: metric 1, active), with
+/// `unreachableAs: idle` it does not (metric 0, inactive); the log names it once and the
+/// metrics count it unreachable. A worker that predates the `idle` RPC counts by
+/// `idleUnavailableAs` the same way.
+#[test]
+fn a_vanished_or_legacy_worker_counts_as_the_metadata_says() {
+    let mut workers: Vec<WorkerProcess> = (0..2).map(|_| WorkerProcess::plaintext()).collect();
+    let runtime = runtime();
+    let (legacy, legacy_task) = runtime.block_on(common::serve_legacy_worker());
+    let targets = format!("{},{}", workers[0].address, workers[1].address);
+    let scaler = ScalerProcess::start();
+    let by_default = [
+        ("targets", targets.as_str()),
+        ("idleThreshold", "0"),
+        ("maxSweepAge", "0"),
+    ];
+    assert_eq!(scaler.busy("default-rule", &by_default), (0.0, false));
+    let _ = workers[1].child.kill();
+    let _ = workers[1].child.wait();
+    assert_eq!(scaler.busy("default-rule", &by_default), (1.0, true));
+    common::expect_log_line(&scaler.log, "worker unreachable", Duration::from_secs(5));
+    let metrics = common::scrape(&scaler.metrics);
+    assert_eq!(
+        metrics[r#"wool_scaler_workers{scaledobject="default/default-rule",state="unreachable"}"#],
+        1.0
+    );
+    let as_idle = [
+        ("targets", targets.as_str()),
+        ("idleThreshold", "0"),
+        ("maxSweepAge", "0"),
+        ("unreachableAs", "idle"),
+    ];
+    assert_eq!(scaler.busy("idle-rule", &as_idle), (0.0, false));
+
+    let with_legacy = format!("{},{legacy}", workers[0].address);
+    let legacy_default = [("targets", with_legacy.as_str()), ("idleThreshold", "0")];
+    assert_eq!(scaler.busy("legacy", &legacy_default), (1.0, true));
+    let legacy_idle = [
+        ("targets", with_legacy.as_str()),
+        ("idleThreshold", "0"),
+        ("idleUnavailableAs", "idle"),
+    ];
+    assert_eq!(scaler.busy("legacy-idle", &legacy_idle), (0.0, false));
+    let metrics = common::scrape(&scaler.metrics);
+    assert_eq!(
+        metrics[r#"wool_scaler_workers{scaledobject="default/legacy",state="idle_unavailable"}"#],
+        1.0
+    );
+    legacy_task.abort();
+}
+
+/// Given a real Wool 0.15.7 pool of three published under a namespace, when it runs two tasks,
+/// then KEDA's client, naming only the namespace, reads metric 2 and active, and the stream
+/// goes inactive (metric 0) once they return and the threshold passes.
+#[test]
+fn a_wool_pool_by_namespace_goes_active_under_load_and_inactive_once_drained() {
+    let namespace = common::unique_namespace("scaler");
+    let scaler = ScalerProcess::start();
+    let meta = [
+        ("namespace", namespace.as_str()),
+        ("idleThreshold", "1s"),
+        ("maxSweepAge", "200ms"),
+    ];
+    let mut pool = WoolPool::start(&namespace, 3, &["--busy", "5", "--busy-count", "2"], None);
+    pool.expect_line("busy-dispatched", Duration::from_secs(10));
+    scaler.busy_until("pool", &meta, (2.0, true), Duration::from_secs(4));
+    let answer = scaler.poll("pool", &meta);
+    assert_eq!(answer["active"], true, "{answer}");
+    let stream = scaler.stream("pool", &meta);
+    assert!(
+        stream.next(Duration::from_secs(10)).0,
+        "a busy pool streamed as inactive"
+    );
+    pool.expect_line("busy-done", Duration::from_secs(20));
+    let (active, _) = stream.next(Duration::from_secs(15));
+    assert!(
+        !active,
+        "the stream's next answer after the drain is not inactive"
+    );
+    assert_eq!(scaler.busy("pool", &meta), (0.0, false));
+    let metrics = common::scrape(&scaler.metrics);
+    assert_eq!(
+        metrics[r#"wool_scaler_workers{scaledobject="default/pool",state="idle"}"#],
+        3.0
+    );
+}
+
+/// Given a worker listening on every address of a dual-stack host, when the metadata names
+/// `localhost` and its port, then each address the name resolves to (127.0.0.1 and ::1, both
+/// answered on the machine: no query leaves it) is a member: metric = addresses while busy, 0
+/// once idle.
+#[test]
+fn a_dns_name_and_port_name_the_workers() {
+    let worker = WorkerProcess::spawn(&["--listen".into(), "[::]:0".into()]);
+    let port = common::port_of(&worker.address).to_string();
+    let scaler = ScalerProcess::start();
+    let meta = [
+        ("dnsName", "localhost"),
+        ("port", port.as_str()),
+        ("idleThreshold", "0"),
+        ("maxSweepAge", "0"),
+    ];
+    assert_eq!(scaler.busy("dns", &meta), (0.0, false));
+    let runtime = runtime();
+    let task = occupy(&runtime, &format!("127.0.0.1:{port}"), 30);
+    let metrics = {
+        scaler.busy_until("dns", &meta, (2.0, true), Duration::from_secs(5));
+        common::scrape(&scaler.metrics)
+    };
+    assert_eq!(
+        metrics[r#"wool_scaler_workers{scaledobject="default/dns",state="busy"}"#],
+        2.0
+    );
+    task.abort();
+}
+
+/// Given a worker serving mutual TLS, when the metadata gives the CA and client pair by path,
+/// then the scaler reads it (idle: metric 0); without TLS metadata it cannot (unreachable:
+/// metric 1); a TLS file that does not exist is INVALID_ARGUMENT naming it.
+#[test]
+fn tls_material_by_path_reaches_a_mutual_tls_worker() {
+    let pki = common::Pki::generate();
+    let worker = WorkerProcess::spawn(&pki.mutual_args());
+    let scaler = ScalerProcess::start();
+    let ca = pki.ca_path.display().to_string();
+    let cert = pki.leaf.cert_path.display().to_string();
+    let key = pki.leaf.key_path.display().to_string();
+    let tls = [
+        ("targets", worker.address.as_str()),
+        ("idleThreshold", "0"),
+        ("tlsCaCert", ca.as_str()),
+        ("tlsClientCert", cert.as_str()),
+        ("tlsClientKey", key.as_str()),
+    ];
+    assert_eq!(scaler.busy("tls", &tls), (0.0, false));
+    let plain = [("targets", worker.address.as_str()), ("idleThreshold", "0")];
+    assert_eq!(scaler.busy("plain", &plain), (1.0, true));
+    let missing = [
+        ("targets", worker.address.as_str()),
+        ("tlsCaCert", "/nonexistent/ca.pem"),
+    ];
+    let answer = scaler.poll("missing", &missing);
+    assert_eq!(answer["error"]["code"], "InvalidArgument", "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("/nonexistent/ca.pem"), "{message}");
+}
+
+/// Given bad metadata, then KEDA's client gets INVALID_ARGUMENT naming the key, from every
+/// call, and the scaler keeps serving.
+#[test]
+fn bad_metadata_is_invalid_argument_naming_the_key() {
+    let scaler = ScalerProcess::start();
+    for (meta, says) in [
+        (
+            vec![("namespace", "a"), ("idleTreshold", "5m")],
+            "idleTreshold",
+        ),
+        (
+            vec![("targets", "127.0.0.1:1"), ("idleThreshold", "NaN")],
+            "idleThreshold",
+        ),
+        (vec![("idleThreshold", "5m")], "say which workers"),
+        (vec![("targets", "not a target")], "targets"),
+    ] {
+        let answer = scaler.poll("bad", &meta);
+        assert_eq!(answer["error"]["code"], "InvalidArgument", "{answer}");
+        assert!(
+            answer["error"]["message"].as_str().unwrap().contains(says),
+            "{answer}"
+        );
+    }
+    let worker = WorkerProcess::plaintext();
+    let good = [("targets", worker.address.as_str()), ("idleThreshold", "0")];
+    assert_eq!(scaler.busy("good", &good), (0.0, false));
+}
+
+/// Given a serving scaler with a stream open, then grpc.health.v1 says SERVING; when SIGTERM
+/// arrives, the stream ends cleanly (KEDA's client sees EOF) and the process exits 0.
+#[test]
+fn health_serves_and_sigterm_ends_streams_and_exits_zero() {
+    let mut scaler = ScalerProcess::start();
+    let runtime = runtime();
+    let address = format!("http://{}", scaler.address);
+    let serving = runtime.block_on(async {
+        let channel = tonic::transport::Channel::from_shared(address)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+        let mut statuses = Vec::new();
+        for service in ["", "externalscaler.ExternalScaler"] {
+            let answer = health
+                .check(tonic_health::pb::HealthCheckRequest {
+                    service: service.into(),
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            statuses.push(answer.status);
+        }
+        statuses
+    });
+    let serving_code = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+    assert_eq!(serving, vec![serving_code, serving_code]);
+    let worker = WorkerProcess::plaintext();
+    let meta = [
+        ("targets", worker.address.as_str()),
+        ("maxSweepAge", "200ms"),
+    ];
+    let mut stream = scaler.stream("term", &meta);
+    let _ = stream.next(Duration::from_secs(10));
+    // SAFETY: signalling our own child.
+    assert_eq!(
+        unsafe { libc::kill(scaler.child.id() as i32, libc::SIGTERM) },
+        0
+    );
+    let end = stream
+        .lines
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the stream ends on SIGTERM");
+    assert_eq!(end["end"], "EOF", "{end}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = scaler.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "wool-scaler still running 10 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+    let _ = stream.child.wait();
+}
