@@ -28,6 +28,9 @@ setup() {
         ./scripts/ensure-cargo-c.sh &&
         # grpcurl, the real reflection client of tests/operable.rs (go install, pinned).
         ./scripts/ensure-grpcurl.sh >/dev/null &&
+        # KEDA's own external-scaler client (tests/keda, pinned), which tests/scaler.rs drives
+        # wool-scaler with.
+        ./scripts/ensure-keda-client.sh >/dev/null &&
         # The C, Go and Python suites load libwool (with its C ABI, the `capi` feature) and run
         # wool-worker: build them first.
         cargo build --features capi --lib --bins --examples
