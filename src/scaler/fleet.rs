@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use super::metadata::{CountAs, FleetKey, FleetSpec, Source};
 use crate::connection::{ChannelOptions, Error, ErrorKind, WorkerConnection, WorkerCredentials};
-use crate::fleet::discovery::{LanDiscovery, LocalDiscovery};
+use crate::fleet::discovery::{Discovery, LanDiscovery, LocalDiscovery};
 use crate::fleet::{sweep, Reason, SweepOptions};
 
 /// How long a fleet no call has asked about is kept (its connections, its census).
@@ -91,8 +91,9 @@ pub(crate) enum Freshness {
 pub(crate) struct Fleet {
     key: FleetKey,
     credentials: Option<WorkerCredentials>,
-    /// For a namespace on this host: kept, so that its registry's segments stay open.
-    local: Option<LocalDiscovery>,
+    /// For a namespace: its discovery, kept (on this host, so that the registry's segments stay
+    /// open between listings).
+    discovery: Option<Discovery>,
     /// For a DNS name: made on first use (it reads /etc/resolv.conf).
     resolver: tokio::sync::OnceCell<TokioResolver>,
     /// Held for the length of a sweep: one at a time.
@@ -146,18 +147,17 @@ impl Fleet {
                 )?)
             }
         };
-        let local = match &key.source {
-            Source::Namespace { name, lan: false } => Some(LocalDiscovery::new(name)?),
-            Source::Namespace { name, lan: true } => {
-                LanDiscovery::new(name)?;
-                None
+        let discovery = match &key.source {
+            Source::Namespace { name, lan: false } => {
+                Some(Discovery::Local(LocalDiscovery::new(name)?))
             }
+            Source::Namespace { name, lan: true } => Some(Discovery::Lan(LanDiscovery::new(name)?)),
             _ => None,
         };
         Ok(Self {
             key,
             credentials,
-            local,
+            discovery,
             resolver: tokio::sync::OnceCell::new(),
             sweeping: tokio::sync::Mutex::new(Members::default()),
             latest: watch::Sender::new(None),
@@ -313,18 +313,11 @@ impl Fleet {
                     .map(|address| Member::target(address, Some(name.clone())))
                     .collect())
             }
-            Source::Namespace { name, lan } => {
-                let listing = match &self.local {
-                    Some(local) if !lan => {
-                        let local = local.clone();
-                        tokio::task::spawn_blocking(move || local.list()).await
-                    }
-                    _ => {
-                        let lan = LanDiscovery::new(name)?;
-                        tokio::task::spawn_blocking(move || lan.list()).await
-                    }
-                }
-                .map_err(|e| transient(format!("listing the namespace: {e}")))??;
+            Source::Namespace { .. } => {
+                let discovery = self.discovery.clone().expect("made with the fleet");
+                let listing = tokio::task::spawn_blocking(move || discovery.list())
+                    .await
+                    .map_err(|e| transient(format!("listing the namespace: {e}")))??;
                 Ok(listing
                     .into_iter()
                     .map(|worker| Member {
@@ -401,5 +394,69 @@ impl Fleets {
         tracing::info!(source = %fleet.source(), "watching a new fleet");
         fleets.insert(key, Arc::clone(&fleet));
         Ok(fleet)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(pairs: &[(&str, &str)]) -> FleetSpec {
+        FleetSpec::from_metadata(
+            &pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_census_counts_by_each_scaled_objects_rules() {
+        let failed = |kind| Err(Error::new(kind, None, "test"));
+        let census = Census {
+            at: Instant::now(),
+            took: Duration::ZERO,
+            polls: vec![
+                ("a".into(), Ok(0.0)),                      // in flight
+                ("b".into(), Ok(30.0)),                     // below a 60 s threshold
+                ("c".into(), Ok(90.0)),                     // idle past it
+                ("d".into(), failed(ErrorKind::Transient)), // unreachable
+                ("e".into(), failed(ErrorKind::Handshake)), // unreachable
+                ("f".into(), failed(ErrorKind::Rpc)),       // answered nonsense: unreadable
+                ("g".into(), failed(ErrorKind::IdleUnavailable)),
+            ],
+        };
+        let by_default = census.count(&spec(&[("targets", "h:1"), ("idleThreshold", "60")]));
+        assert_eq!(
+            by_default,
+            Count {
+                busy: 2,
+                idle: 1,
+                unreachable: 3,
+                idle_unavailable: 1,
+                metric: 6,
+            }
+        );
+        assert!(by_default.active());
+        let lenient = census.count(&spec(&[
+            ("targets", "h:1"),
+            ("idleThreshold", "60"),
+            ("unreachableAs", "idle"),
+            ("idleUnavailableAs", "idle"),
+        ]));
+        assert_eq!(lenient.metric, 2);
+        let short = census.count(&spec(&[
+            ("targets", "h:1"),
+            ("idleThreshold", "10"),
+            ("unreachableAs", "idle"),
+            ("idleUnavailableAs", "idle"),
+        ]));
+        assert_eq!((short.busy, short.idle, short.metric), (1, 2, 1));
+        let none = Census {
+            polls: Vec::new(),
+            ..census
+        };
+        assert!(!none.count(&spec(&[("targets", "h:1")])).active());
     }
 }

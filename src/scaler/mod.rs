@@ -24,7 +24,7 @@
 //! | key | meaning | default |
 //! |---|---|---|
 //! | `namespace` | a Wool discovery namespace (as given to Wool's `LocalDiscovery`/`LanDiscovery`) | — |
-//! | `discovery` | with `namespace`: `local` (this host's registry) or `lan` (DNS-SD) | `local` |
+//! | `discovery` | with `namespace`: `local` (this host's registry) or `lan` (DNS-SD: each sweep browses for [`DEFAULT_LISTEN`](crate::fleet::discovery::DEFAULT_LISTEN) first) | `local` |
 //! | `dnsName`, `port` | a DNS name whose A/AAAA records are the workers (a headless Service), and their port | — |
 //! | `targets` | comma-separated worker targets (`host:port`, `unix:/path`) | — |
 //! | `idleThreshold` | a worker idle for less is busy (`300`, `5m`, `90s`) | `5m` |
