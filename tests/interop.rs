@@ -32,14 +32,6 @@ fn script(name: &str) -> PathBuf {
     repo().join("tests/interop").join(name)
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// Runs Wool 0.15.7's own client (`wool_client.py`) against `target`.
 fn wool_client(target: &str, tls: &[String], command: &[&str]) -> Output {
     let output = Command::new(python("0.15.7"))
@@ -274,7 +266,7 @@ fn given_our_mutual_tls_worker_when_wools_client_uses_worker_credentials_then_po
 #[test]
 fn given_wools_worker_when_our_client_and_c_api_poll_then_idle_accrues_and_stop_retires_it() {
     let mut worker = WoolWorker::spawn("0.15.7", &[]);
-    let rt = runtime();
+    let rt = common::runtime();
     let conn = WorkerConnection::new(&worker.address).unwrap();
     let first = rt.block_on(conn.idle(TIMEOUT)).unwrap();
     std::thread::sleep(Duration::from_millis(200));
@@ -298,7 +290,7 @@ fn given_wools_worker_when_our_client_and_c_api_poll_then_idle_accrues_and_stop_
 fn given_wools_worker_running_a_python_routine_then_idle_is_exactly_zero_until_it_ends() {
     let mut worker = WoolWorker::spawn("0.15.7", &["--busy".into(), "2.0".into()]);
     worker.expect_line("busy-start", Duration::from_secs(30));
-    let rt = runtime();
+    let rt = common::runtime();
     let conn = WorkerConnection::new(&worker.address).unwrap();
     assert_eq!(rt.block_on(conn.idle(TIMEOUT)).unwrap(), 0.0);
     let from_c = c_idle(&worker.address);
@@ -320,7 +312,7 @@ fn given_wools_mutual_tls_worker_then_right_credentials_poll_and_stop_and_wrong_
         "0.15.7",
         &tls_flags(&pki.ca_path, &pki.leaf.cert_path, &pki.leaf.key_path),
     );
-    let rt = runtime();
+    let rt = common::runtime();
     let wrong = WorkerConnection::with_credentials(
         &worker.address,
         Some(mutual_credentials(&pki, &pki.other_ca_path)),
@@ -344,7 +336,7 @@ fn given_wools_mutual_tls_worker_then_right_credentials_poll_and_stop_and_wrong_
 #[test]
 fn given_wool_0_13_worker_then_idle_unavailable_not_transient_and_stop_still_retires_it() {
     let mut worker = WoolWorker::spawn("0.13.1", &[]);
-    let rt = runtime();
+    let rt = common::runtime();
     let conn = WorkerConnection::new(&worker.address).unwrap();
     let error = rt.block_on(conn.idle(TIMEOUT)).unwrap_err();
     assert_eq!(error.kind(), ErrorKind::IdleUnavailable, "{error}");
@@ -402,7 +394,7 @@ fn given_our_worker_on_a_unix_socket_then_grpcio_our_client_and_c_api_all_reach_
             "{target}"
         );
     }
-    let rt = runtime();
+    let rt = common::runtime();
     let conn = WorkerConnection::new(&worker.address).unwrap();
     assert!(rt.block_on(conn.idle(TIMEOUT)).unwrap() > 0.0);
     let from_c = c_idle(&worker.address);
@@ -442,7 +434,7 @@ fn given_wools_ping_policy_then_our_keepalive_never_gets_the_connection_closed()
         options.max_pings_without_data = max_pings_without_data;
         options
     };
-    let runtime = runtime();
+    let runtime = common::runtime();
     let polite = runtime.block_on(async {
         let conn = WorkerConnection::with_options(&worker.address, None, keepalive(2)).unwrap();
         conn.idle(TIMEOUT).await.unwrap();
@@ -484,7 +476,7 @@ fn given_wools_ping_policy_then_our_keepalive_never_gets_the_connection_closed()
 #[test]
 fn given_wools_worker_when_we_dispatch_then_the_task_id_is_accepted_as_a_uuid() {
     let worker = WoolWorker::spawn("0.15.7", &[]);
-    let error = runtime().block_on(async {
+    let error = common::runtime().block_on(async {
         let conn = WorkerConnection::new(&worker.address).unwrap();
         conn.dispatch("echo", b"hello".to_vec(), TIMEOUT)
             .await

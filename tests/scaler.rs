@@ -167,14 +167,6 @@ fn keda_client(mode: &str, address: &str, name: &str, meta: &[(&str, &str)]) -> 
     command
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// Dispatches `sleep seconds` to the worker at `address` in the background and waits until it
 /// is in flight there (the worker's idle reads 0).
 fn occupy(
@@ -238,7 +230,7 @@ fn our_workers_go_active_under_load_and_inactive_once_drained() {
         "idle fleet streamed as active"
     );
 
-    let runtime = runtime();
+    let runtime = common::runtime();
     let started = Instant::now();
     let tasks = [
         occupy(&runtime, &workers[0].address, 3),
@@ -300,7 +292,7 @@ fn our_workers_go_active_under_load_and_inactive_once_drained() {
 #[test]
 fn a_vanished_or_legacy_worker_counts_as_the_metadata_says() {
     let mut workers: Vec<WorkerProcess> = (0..2).map(|_| WorkerProcess::plaintext()).collect();
-    let runtime = runtime();
+    let runtime = common::runtime();
     let (legacy, legacy_task) = runtime.block_on(common::serve_legacy_worker());
     let targets = format!("{},{}", workers[0].address, workers[1].address);
     let scaler = ScalerProcess::start();
@@ -396,7 +388,7 @@ fn a_dns_name_and_port_name_the_workers() {
         ("maxSweepAge", "0"),
     ];
     assert_eq!(scaler.busy("dns", &meta), (0.0, false));
-    let runtime = runtime();
+    let runtime = common::runtime();
     let task = occupy(&runtime, &format!("127.0.0.1:{port}"), 30);
     let metrics = {
         scaler.busy_until("dns", &meta, (2.0, true), Duration::from_secs(5));
@@ -474,7 +466,7 @@ fn bad_metadata_is_invalid_argument_naming_the_key() {
 #[test]
 fn health_serves_and_sigterm_ends_streams_and_exits_zero() {
     let mut scaler = ScalerProcess::start();
-    let runtime = runtime();
+    let runtime = common::runtime();
     let address = format!("http://{}", scaler.address);
     let serving = runtime.block_on(async {
         let channel = tonic::transport::Channel::from_shared(address)

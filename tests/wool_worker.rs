@@ -10,14 +10,6 @@ use wool::Grace;
 
 const TIMEOUT: Option<Duration> = Some(Duration::from_secs(5));
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn given_default_flags_then_first_line_is_a_dialable_address_and_stop_exits_zero() {
     let mut worker = WorkerProcess::plaintext();
@@ -34,7 +26,7 @@ fn given_default_flags_then_first_line_is_a_dialable_address_and_stop_exits_zero
         .parse::<u16>()
         .expect("a port and nothing else");
     let conn = WorkerConnection::new(&worker.address).unwrap();
-    let rt = runtime();
+    let rt = common::runtime();
     assert!(rt.block_on(conn.idle(TIMEOUT)).unwrap() >= 0.0);
     assert_eq!(
         rt.block_on(conn.dispatch("echo", b"hi".to_vec(), TIMEOUT))
@@ -56,7 +48,7 @@ fn given_unix_listen_address_then_it_prints_unix_path_and_serves_there() {
     let mut worker = WorkerProcess::spawn(&["--listen".into(), format!("unix:{}", path.display())]);
     assert_eq!(worker.address, format!("unix:{}", path.display()));
     let conn = WorkerConnection::new(&worker.address).unwrap();
-    let rt = runtime();
+    let rt = common::runtime();
     assert!(rt.block_on(conn.idle(TIMEOUT)).unwrap() >= 0.0);
     rt.block_on(conn.stop(Grace::None, TIMEOUT)).unwrap();
     assert_eq!(worker.wait_exit(Duration::from_secs(10)), Some(0));
@@ -66,7 +58,7 @@ fn given_unix_listen_address_then_it_prints_unix_path_and_serves_there() {
 fn given_task_in_flight_when_sigterm_then_task_finishes_and_exit_zero() {
     let mut worker = WorkerProcess::plaintext();
     let conn = std::sync::Arc::new(WorkerConnection::new(&worker.address).unwrap());
-    let rt = runtime();
+    let rt = common::runtime();
     let task = {
         let conn = std::sync::Arc::clone(&conn);
         rt.spawn(async move { conn.dispatch("sleep", b"0.5".to_vec(), TIMEOUT).await })
@@ -89,7 +81,7 @@ fn given_task_in_flight_when_sigterm_then_task_finishes_and_exit_zero() {
 #[test]
 fn given_tls_flags_then_mutual_tls_is_required_unless_one_way() {
     let pki = Pki::generate();
-    let rt = runtime();
+    let rt = common::runtime();
     let mutual = WorkerCredentials::from_files(
         &pki.ca_path,
         Some(&pki.leaf.key_path),
@@ -186,7 +178,7 @@ fn given_live_worker_on_unix_path_when_second_binds_it_then_refused_and_first_ke
         "{}",
         String::from_utf8_lossy(&second.stderr)
     );
-    let rt = runtime();
+    let rt = common::runtime();
     let conn = WorkerConnection::new(&first.address).unwrap();
     assert!(
         rt.block_on(conn.idle(TIMEOUT)).unwrap() >= 0.0,
@@ -206,7 +198,7 @@ fn given_live_worker_on_unix_path_when_second_binds_it_then_refused_and_first_ke
 fn given_long_task_when_sigterm_twice_then_second_cancels_it_and_exit_zero() {
     let mut worker = WorkerProcess::plaintext();
     let conn = std::sync::Arc::new(WorkerConnection::new(&worker.address).unwrap());
-    let rt = runtime();
+    let rt = common::runtime();
     let task = {
         let conn = std::sync::Arc::clone(&conn);
         rt.spawn(async move {

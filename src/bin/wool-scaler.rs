@@ -8,15 +8,15 @@
 //! SIGTERM or SIGINT stops it cleanly: health turns NOT_SERVING, open streams end, calls in
 //! progress finish, and it exits 0.
 
-#[path = "common/logs.rs"]
-mod logs;
+#[path = "common/cli.rs"]
+mod cli;
 
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use logs::LogFormat;
+use cli::LogFormat;
 use wool::scaler::Scaler;
 
 /// A KEDA external scaler: the metric is the number of busy Wool workers, active while any is.
@@ -45,7 +45,7 @@ const SHUTDOWN_LIMIT: Duration = Duration::from_secs(10);
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Err(message) = logs::init(args.log_format, args.log_level.as_deref()) {
+    if let Err(message) = cli::init(args.log_format, args.log_level.as_deref()) {
         eprintln!("wool-scaler: {message}");
         return ExitCode::from(2);
     }
@@ -53,17 +53,7 @@ fn main() -> ExitCode {
         .worker_threads(2)
         .enable_all()
         .build();
-    let outcome = match runtime {
-        Ok(runtime) => runtime.block_on(run(args)),
-        Err(e) => Err(format!("cannot start the runtime: {e}")),
-    };
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("wool-scaler: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::run_to_exit("wool-scaler", runtime, run(args))
 }
 
 async fn run(args: Args) -> Result<(), String> {

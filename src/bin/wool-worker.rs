@@ -16,8 +16,8 @@
 //! new connections use the new material, established ones carry on; material that fails the
 //! checks is refused with a log line and the previous material kept.
 
-#[path = "common/logs.rs"]
-mod logs;
+#[path = "common/cli.rs"]
+mod cli;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use logs::LogFormat;
+use cli::LogFormat;
 use wool::worker::{Grace, ListenAddress, RoutineRegistry, ServerCredentialFiles, Worker};
 
 /// The reference Wool worker: serves `echo` and `sleep`, reports idle time, obeys `stop`.
@@ -117,7 +117,7 @@ impl Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Err(message) = logs::init(args.log_format, args.log_level.as_deref()) {
+    if let Err(message) = cli::init(args.log_format, args.log_level.as_deref()) {
         eprintln!("wool-worker: {message}");
         return ExitCode::from(2);
     }
@@ -130,17 +130,7 @@ fn main() -> ExitCode {
             .enable_all()
             .build(),
     };
-    let outcome = match runtime {
-        Ok(runtime) => runtime.block_on(run(args)),
-        Err(e) => Err(format!("cannot start the runtime: {e}")),
-    };
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("wool-worker: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    cli::run_to_exit("wool-worker", runtime, run(args))
 }
 
 async fn run(args: Args) -> Result<(), String> {

@@ -54,3 +54,32 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text)
         .map_err(|e| format!("{text:?}: {e} (e.g. 300, 300s, 5m, 500ms)"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_seconds_or_humantime_and_bad_ones_say_why() {
+        for (text, want) in [
+            ("300", Duration::from_secs(300)),
+            ("0.5", Duration::from_millis(500)),
+            (" 5m ", Duration::from_secs(300)),
+            ("500ms", Duration::from_millis(500)),
+            ("1h 30m", Duration::from_secs(5400)),
+            ("0", Duration::ZERO),
+        ] {
+            assert_eq!(parse_duration(text), Ok(want), "{text:?}");
+        }
+        for (text, says) in [
+            ("-1", "non-negative"),
+            ("NaN", "non-negative"),
+            ("inf", "non-negative"),
+            ("1e300", "too large"),
+            ("soon", "e.g. 300"),
+        ] {
+            let error = parse_duration(text).unwrap_err();
+            assert!(error.contains(says), "{text:?}: {error}");
+        }
+    }
+}

@@ -289,6 +289,15 @@ pub fn replace_file(path: &Path, contents: &str) {
     std::fs::rename(&staged, path).unwrap();
 }
 
+/// A two-thread tokio runtime for a test's async parts.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// A free TCP port on 127.0.0.1 with nothing listening on it (bound, then released).
 pub fn unused_local_address() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -1,5 +1,8 @@
-//! Logging set-up shared by the long-running binaries (`wool-worker`, `wool-scaler`): tracing
-//! to stderr, as text or one JSON object per line.
+//! What the long-running binaries (`wool-worker`, `wool-scaler`) share: logs (tracing to
+//! stderr, as text or one JSON object per line) and how `main` runs and exits.
+
+use std::future::Future;
+use std::process::ExitCode;
 
 /// `--log-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -27,4 +30,24 @@ pub fn init(format: LogFormat, level: Option<&str>) -> Result<(), String> {
             .init(),
     }
     Ok(())
+}
+
+/// Runs `run` on `runtime` and turns its outcome into the exit status: 0, or 1 with the message
+/// on stderr after `program: `.
+pub fn run_to_exit(
+    program: &str,
+    runtime: std::io::Result<tokio::runtime::Runtime>,
+    run: impl Future<Output = Result<(), String>>,
+) -> ExitCode {
+    let outcome = match runtime {
+        Ok(runtime) => runtime.block_on(run),
+        Err(e) => Err(format!("cannot start the runtime: {e}")),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("{program}: {message}");
+            ExitCode::FAILURE
+        }
+    }
 }
