@@ -21,13 +21,21 @@ struct ScalerProcess {
     address: String,
     metrics: String,
     log: Receiver<String>,
+    /// Flags every keda-client run gets (TLS toward the scaler).
+    client_args: Vec<String>,
 }
 
 impl ScalerProcess {
     fn start() -> Self {
+        Self::start_with(&[], &[])
+    }
+
+    /// Started with `args`; KEDA's client then runs with `client_args`.
+    fn start_with(args: &[String], client_args: &[String]) -> Self {
         let metrics = common::unused_local_address();
         let mut child = Command::new(env!("CARGO_BIN_EXE_wool-scaler"))
             .args(["--listen", "127.0.0.1:0", "--metrics-listen", &metrics])
+            .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -53,6 +61,7 @@ impl ScalerProcess {
             address,
             metrics,
             log,
+            client_args: client_args.to_vec(),
         }
     }
 
@@ -60,6 +69,7 @@ impl ScalerProcess {
     /// this metadata: KEDA's client's JSON.
     fn poll(&self, name: &str, meta: &[(&str, &str)]) -> Value {
         let output = keda_client("poll", &self.address, name, meta)
+            .args(&self.client_args)
             .stdout(Stdio::piped())
             .output()
             .expect("keda-client runs");
@@ -99,6 +109,7 @@ impl ScalerProcess {
     /// StreamIsActive, opened by KEDA's client.
     fn stream(&self, name: &str, meta: &[(&str, &str)]) -> ActiveStream {
         let mut child = keda_client("stream", &self.address, name, meta)
+            .args(&self.client_args)
             .stdout(Stdio::piped())
             .spawn()
             .expect("keda-client runs");
@@ -520,4 +531,54 @@ fn health_serves_and_sigterm_ends_streams_and_exits_zero() {
     };
     assert_eq!(status.code(), Some(0));
     let _ = stream.child.wait();
+}
+
+/// Given a scaler serving mutual TLS (`--tls-ca`, `--tls-cert`, `--tls-key`) with a plaintext
+/// health port, then KEDA's client with `caCert` and a client pair gets its answers, one without
+/// TLS or without a client certificate gets none, and the health port says SERVING in
+/// plaintext (what a Kubernetes gRPC probe needs).
+#[test]
+fn the_scaler_serves_mutual_tls_to_keda_with_a_plaintext_health_port() {
+    let pki = common::Pki::generate();
+    let health = common::unused_local_address();
+    let mut args = pki.mutual_args();
+    args.extend(["--health-listen".to_string(), health.clone()]);
+    let ca = pki.ca_path.display().to_string();
+    let cert = pki.leaf.cert_path.display().to_string();
+    let key = pki.leaf.key_path.display().to_string();
+    let client = ["--ca", &ca, "--cert", &cert, "--key", &key].map(String::from);
+    let mut scaler = ScalerProcess::start_with(&args, &client);
+    let worker = WorkerProcess::plaintext();
+    let meta = [("targets", worker.address.as_str()), ("idleThreshold", "0")];
+    assert_eq!(scaler.busy("tls", &meta), (0.0, false));
+
+    scaler.client_args = Vec::new();
+    let answer = scaler.poll("tls", &meta);
+    assert_eq!(answer["error"]["code"], "Unavailable", "{answer}");
+    scaler.client_args = ["--ca", &ca].map(String::from).to_vec();
+    let answer = scaler.poll("tls", &meta);
+    assert!(
+        answer.get("error").is_some(),
+        "no client certificate, yet: {answer}"
+    );
+
+    let status = common::runtime().block_on(async {
+        let channel = tonic::transport::Channel::from_shared(format!("http://{health}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        tonic_health::pb::health_client::HealthClient::new(channel)
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: "externalscaler.ExternalScaler".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status
+    });
+    assert_eq!(
+        status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
 }

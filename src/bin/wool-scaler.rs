@@ -1,12 +1,14 @@
 //! `wool-scaler`: a KEDA external scaler fed by Wool workers' idle time.
 //!
-//! `wool-scaler [--listen ADDR] [--metrics-listen ADDR] [--log-format text|json] [--log-level LEVEL]`
+//! `wool-scaler [--listen ADDR] [--tls-ca PATH --tls-cert PATH --tls-key PATH [--one-way]]
+//!  [--health-listen ADDR] [--metrics-listen ADDR] [--log-format text|json] [--log-level LEVEL]`
 //!
 //! Serves KEDA's `externalscaler.ExternalScaler` (and grpc.health.v1, server reflection) on
 //! `--listen`; each ScaledObject's `scalerMetadata` says which workers and how to count them
 //! (see `wool::scaler`). Prints its address as the first stdout line (flushed at once).
 //! SIGTERM or SIGINT stops it cleanly: health turns NOT_SERVING, open streams end, calls in
-//! progress finish, and it exits 0.
+//! progress finish, and it exits 0. With TLS, the files are read again on SIGHUP and whenever
+//! they change.
 
 #[path = "common/cli.rs"]
 mod cli;
@@ -23,10 +25,17 @@ use wool::scaler::Scaler;
 #[derive(Debug, Parser)]
 #[command(name = "wool-scaler", version)]
 struct Args {
-    /// Where KEDA calls it (`host:port`, plaintext gRPC; port 0 picks one). The
-    /// ScaledObject's `scalerAddress`.
+    /// Where KEDA calls it (`host:port`; port 0 picks one): the ScaledObject's
+    /// `scalerAddress`. Plaintext gRPC unless the TLS flags are given (then the trigger sets
+    /// `enableTLS` and KEDA's `caCert`, and for mutual TLS `tlsClientCert`/`tlsClientKey`).
     #[arg(long, default_value = "0.0.0.0:9090", value_name = "ADDR")]
     listen: String,
+    /// Also serve grpc.health.v1 alone, in plaintext, on this TCP `host:port` (for Kubernetes
+    /// gRPC probes, which cannot speak TLS).
+    #[arg(long, value_name = "ADDR")]
+    health_listen: Option<String>,
+    #[command(flatten)]
+    tls: cli::TlsArgs,
     /// Serve Prometheus metrics (workers by state per ScaledObject, the metric and activity
     /// given, calls, sweeps and their durations) over plaintext HTTP on this `host:port`.
     #[arg(long, value_name = "ADDR")]
@@ -64,7 +73,15 @@ async fn run(args: Args) -> Result<(), String> {
         signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
     let mut interrupt =
         signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
+    let mut hangup =
+        signal(SignalKind::hangup()).map_err(|e| format!("cannot handle SIGHUP: {e}"))?;
     let mut builder = Scaler::builder().listen(args.listen.clone());
+    if let Some(files) = args.tls.files()? {
+        builder = builder.credentials_from_files(files);
+    }
+    if let Some(health) = &args.health_listen {
+        builder = builder.health_listen(health.clone());
+    }
     if let Some(metrics) = &args.metrics_listen {
         builder = builder.metrics_listen(metrics.clone());
     }
@@ -75,10 +92,15 @@ async fn run(args: Args) -> Result<(), String> {
             .and_then(|()| stdout.flush())
             .map_err(|e| e.to_string())?;
     }
-    tokio::select! {
-        result = scaler.wait() => return result.map_err(|e| e.to_string()),
-        _ = terminate.recv() => {}
-        _ = interrupt.recv() => {}
+    loop {
+        tokio::select! {
+            result = scaler.wait() => return result.map_err(|e| e.to_string()),
+            _ = terminate.recv() => break,
+            _ = interrupt.recv() => break,
+            _ = hangup.recv() => {
+                cli::reload_on_sighup("scaler", scaler.serves_tls(), || scaler.reload_credentials())
+            }
+        }
     }
     tracing::info!("signal received: stopping (streams end, calls in progress finish)");
     scaler.shutdown();

@@ -20,13 +20,12 @@
 mod cli;
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
 use cli::LogFormat;
-use wool::worker::{Grace, ListenAddress, RoutineRegistry, ServerCredentialFiles, Worker};
+use wool::worker::{Grace, ListenAddress, RoutineRegistry, Worker};
 
 /// The reference Wool worker: serves `echo` and `sleep`, reports idle time, obeys `stop`.
 #[derive(Debug, Parser)]
@@ -51,19 +50,8 @@ struct Args {
     /// `wool=debug`); by default RUST_LOG's, else info.
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
-    /// CA certificate (PEM) that client certificates must chain to (mutual TLS).
-    #[arg(long, requires_all = ["tls_cert", "tls_key"])]
-    tls_ca: Option<PathBuf>,
-    /// The worker's certificate chain (PEM). The three TLS files are read again when one of them
-    /// changes and on SIGHUP: new connections get the new material; bad material is refused.
-    #[arg(long, requires = "tls_key")]
-    tls_cert: Option<PathBuf>,
-    /// The worker's private key (PEM).
-    #[arg(long, requires = "tls_cert")]
-    tls_key: Option<PathBuf>,
-    /// One-way TLS: do not ask clients for certificates.
-    #[arg(long, requires = "tls_cert")]
-    one_way: bool,
+    #[command(flatten)]
+    tls: cli::TlsArgs,
     /// Threads serving requests and running routines. 1 (the default) keeps each request on
     /// one thread from socket to answer, the lowest latency; more serve CPU-bound routines in
     /// parallel.
@@ -93,26 +81,6 @@ fn positive_seconds(text: &str) -> Result<f64, String> {
         .ok()
         .filter(|value| *value > 0.0)
         .ok_or_else(|| format!("{text:?} is not a number of seconds > 0"))
-}
-
-impl Args {
-    fn credentials(&self) -> Result<Option<ServerCredentialFiles>, String> {
-        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
-            return Ok(None);
-        };
-        let client_ca = match (&self.tls_ca, self.one_way) {
-            (_, true) => None,
-            (Some(ca), false) => Some(ca.clone()),
-            (None, false) => {
-                return Err("--tls-ca is required for mutual TLS (or pass --one-way)".into())
-            }
-        };
-        Ok(Some(ServerCredentialFiles {
-            cert: cert.clone(),
-            key: key.clone(),
-            client_ca,
-        }))
-    }
 }
 
 fn main() -> ExitCode {
@@ -152,7 +120,7 @@ async fn run(args: Args) -> Result<(), String> {
             keepalive_interval,
             Duration::from_secs_f64(args.keepalive_timeout),
         );
-    if let Some(credentials) = args.credentials()? {
+    if let Some(credentials) = args.tls.files()? {
         builder = builder.credentials_from_files(credentials);
     }
     if let Some(health) = &args.health_listen {
@@ -174,7 +142,9 @@ async fn run(args: Args) -> Result<(), String> {
             result = worker.wait() => return result.map_err(|e| e.to_string()),
             _ = terminate.recv() => break,
             _ = interrupt.recv() => break,
-            _ = hangup.recv() => reload_credentials(&worker),
+            _ = hangup.recv() => {
+                cli::reload_on_sighup("worker", worker.serves_tls(), || worker.reload_credentials())
+            }
         }
     }
     tracing::info!(
@@ -190,20 +160,4 @@ async fn run(args: Args) -> Result<(), String> {
         }
     }
     worker.wait().await.map_err(|e| e.to_string())
-}
-
-/// SIGHUP: reads the TLS files again (the outcome is logged; a refusal keeps the old material).
-fn reload_credentials(worker: &wool::worker::WorkerHandle) {
-    if !worker.serves_tls() {
-        tracing::info!("SIGHUP: the worker serves plaintext: no credentials to reload");
-        return;
-    }
-    match worker.reload_credentials() {
-        Ok(wool::worker::CredentialReload::Unchanged) => {
-            tracing::info!("SIGHUP: the TLS files hold the material already in use")
-        }
-        Ok(wool::worker::CredentialReload::Reloaded) => {}
-        // The refusal itself was logged, with the reason and the files.
-        Err(_) => tracing::info!("SIGHUP: the new material was refused (see the warning)"),
-    }
 }

@@ -17,7 +17,8 @@
 //! Every answer comes from a sweep no older than `maxSweepAge`; one sweep runs at a time per
 //! fleet and the calls arriving meanwhile share it. ScaledObjects whose metadata name the same
 //! workers, reached the same way, share the sweeps. The scaler also serves `grpc.health.v1`
-//! (SERVING until it stops) and server reflection.
+//! (SERVING until it stops; also alone in plaintext with [`ScalerBuilder::health_listen`]) and
+//! server reflection; TLS, reloaded from files, with [`ScalerBuilder::credentials_from_files`].
 //!
 //! # `scalerMetadata`
 //!
@@ -72,6 +73,8 @@ use tonic::transport::Server;
 pub use service::METRIC_NAME;
 
 use crate::protocol::externalscaler::external_scaler_server::ExternalScalerServer;
+use crate::worker::tls::ServerTls;
+use crate::worker::{CredentialReload, ServerCredentialFiles, WorkerError};
 
 /// How long a stop waits for the open streams to end before stopping the server.
 const STREAMS_END_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -87,6 +90,9 @@ pub enum ScalerError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The TLS material could not be used (the message says why, naming the files).
+    #[error("invalid TLS configuration: {0}")]
+    Tls(String),
     /// The server-reflection service could not be built from the descriptors.
     #[error("cannot build server reflection: {0}")]
     Reflection(String),
@@ -108,6 +114,8 @@ impl Scaler {
         ScalerBuilder {
             listen: "127.0.0.1:9090".into(),
             metrics_listen: None,
+            health_listen: None,
+            credentials: None,
         }
     }
 }
@@ -117,10 +125,12 @@ impl Scaler {
 pub struct ScalerBuilder {
     listen: String,
     metrics_listen: Option<String>,
+    health_listen: Option<String>,
+    credentials: Option<ServerCredentialFiles>,
 }
 
 impl ScalerBuilder {
-    /// The gRPC address KEDA calls (`host:port`, plaintext; port 0 picks a free one).
+    /// The gRPC address KEDA calls (`host:port`; port 0 picks a free one).
     pub fn listen(mut self, address: impl Into<String>) -> Self {
         self.listen = address.into();
         self
@@ -132,10 +142,28 @@ impl ScalerBuilder {
         self
     }
 
+    /// Also serve grpc.health.v1 alone, in plaintext, on `address` (`host:port`): for
+    /// Kubernetes gRPC probes, which cannot speak TLS, when the main address does.
+    pub fn health_listen(mut self, address: impl Into<String>) -> Self {
+        self.health_listen = Some(address.into());
+        self
+    }
+
+    /// Serve TLS on the main address with the certificate and key in these files, asking
+    /// clients for certificates signed by `client_ca` when given (KEDA's `enableTLS` with
+    /// `caCert`, and `tlsClientCert`/`tlsClientKey` for mutual TLS). The files are read again
+    /// when they change and on [`ScalerHandle::reload_credentials`], as a worker's are
+    /// ([`WorkerBuilder::credentials_from_files`](crate::worker::WorkerBuilder::credentials_from_files)).
+    pub fn credentials_from_files(mut self, files: ServerCredentialFiles) -> Self {
+        self.credentials = Some(files);
+        self
+    }
+
     /// Binds and starts serving on the current tokio runtime.
     ///
-    /// Errors: [`ScalerError::Bind`] when an address cannot be bound,
-    /// [`ScalerError::Reflection`] if the reflection service cannot be built.
+    /// Errors: [`ScalerError::Bind`] when an address cannot be bound, [`ScalerError::Tls`]
+    /// when the credentials cannot be read, are unusable or their directories cannot be
+    /// watched, [`ScalerError::Reflection`] if the reflection service cannot be built.
     pub async fn serve(self) -> Result<ScalerHandle, ScalerError> {
         let shutdown = CancellationToken::new();
         let end_streams = CancellationToken::new();
@@ -158,7 +186,29 @@ impl ScalerBuilder {
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1()
             .map_err(|e| ScalerError::Reflection(e.to_string()))?;
+        let tls = match self.credentials {
+            Some(files) => {
+                let material = files.read().map_err(tls_error)?;
+                Some(ServerTls::new(material, Some(files)).map_err(tls_error)?)
+            }
+            None => None,
+        };
         let (listener, address) = bind(&self.listen).await?;
+        let health_address = match &self.health_listen {
+            Some(spec) => {
+                let (listener, local) = bind(spec).await?;
+                tokio::spawn(
+                    Server::builder()
+                        .add_service(health.clone())
+                        .serve_with_incoming_shutdown(
+                            TcpListenerStream::new(listener),
+                            shutdown.clone().cancelled_owned(),
+                        ),
+                );
+                Some(local)
+            }
+            None => None,
+        };
         let metrics_address = match &self.metrics_listen {
             Some(spec) => {
                 let (listener, local) = bind(spec).await?;
@@ -191,18 +241,38 @@ impl ScalerBuilder {
             streams.close();
             let _ = tokio::time::timeout(STREAMS_END_LIMIT, streams.wait()).await;
         };
-        let server = tokio::spawn(
-            router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop),
+        let incoming = TcpListenerStream::new(listener);
+        let server = match &tls {
+            Some(tls) => {
+                tls.watch(shutdown.clone()).map_err(tls_error)?;
+                tokio::spawn(router.serve_with_incoming_shutdown(tls.accept(incoming), stop))
+            }
+            None => tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop)),
+        };
+        tracing::info!(
+            %address,
+            tls = tls.is_some(),
+            health = ?health_address,
+            metrics = ?metrics_address,
+            "scaler listening"
         );
-        tracing::info!(%address, metrics = ?metrics_address, "scaler listening");
         Ok(ScalerHandle {
             address,
+            health_address,
             metrics_address,
+            tls,
             metrics,
             shutdown,
             server: tokio::sync::Mutex::new(Some(server)),
         })
     }
+}
+
+fn tls_error(error: WorkerError) -> ScalerError {
+    ScalerError::Tls(match error {
+        WorkerError::Tls(message) => message,
+        other => other.to_string(),
+    })
 }
 
 async fn bind(address: &str) -> Result<(TcpListener, SocketAddr), ScalerError> {
@@ -219,7 +289,9 @@ async fn bind(address: &str) -> Result<(TcpListener, SocketAddr), ScalerError> {
 #[derive(Debug)]
 pub struct ScalerHandle {
     address: SocketAddr,
+    health_address: Option<SocketAddr>,
     metrics_address: Option<SocketAddr>,
+    tls: Option<Arc<ServerTls>>,
     metrics: Arc<metrics::ScalerMetrics>,
     shutdown: CancellationToken,
     server: tokio::sync::Mutex<Option<JoinHandle<Result<(), tonic::transport::Error>>>>,
@@ -229,6 +301,30 @@ impl ScalerHandle {
     /// Where KEDA reaches it (the bound address: a port 0 resolved).
     pub fn address(&self) -> SocketAddr {
         self.address
+    }
+
+    /// Where health is served alone, when asked for.
+    pub fn health_address(&self) -> Option<SocketAddr> {
+        self.health_address
+    }
+
+    /// Whether the main address serves TLS.
+    pub fn serves_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// Reads the TLS files again now (as when they change); connections accepted from then on
+    /// use new material, established ones carry on.
+    ///
+    /// Errors: [`ScalerError::Tls`] when the scaler serves plaintext or the new material is
+    /// refused (the previous stays in force; the log names the files).
+    pub fn reload_credentials(&self) -> Result<CredentialReload, ScalerError> {
+        match &self.tls {
+            Some(tls) => tls.reload().map_err(tls_error),
+            None => Err(ScalerError::Tls(
+                "the scaler serves plaintext: no credentials to reload".into(),
+            )),
+        }
     }
 
     /// Where its metrics are served, when asked for.

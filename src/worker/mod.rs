@@ -25,7 +25,7 @@ mod reflection;
 pub mod routine;
 pub(crate) mod service;
 mod socket_file;
-mod tls;
+pub(crate) mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

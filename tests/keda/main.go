@@ -2,8 +2,11 @@
 // client (github.com/kedacore/keda/v2/pkg/scalers/externalscaler) over grpc-go. The tests in
 // tests/scaler.rs run it against wool-scaler.
 //
-//	keda-client poll   --address HOST:PORT [--name N] [--namespace NS] --meta k=v ...
-//	keda-client stream --address HOST:PORT [--name N] [--namespace NS] --meta k=v ...
+//	keda-client poll   --address HOST:PORT [--name N] [--namespace NS] [TLS] --meta k=v ...
+//	keda-client stream --address HOST:PORT [--name N] [--namespace NS] [TLS] --meta k=v ...
+//
+// TLS (as a trigger with enableTLS: KEDA's caCert, tlsClientCert, tlsClientKey): --ca PEM
+// verifies the scaler's certificate, --cert and --key present a client certificate.
 //
 // poll makes the calls of one KEDA polling cycle for an `external` trigger (GetMetricSpec, then
 // GetMetrics for the spec's metric, then IsActive, as KEDA's GetMetricsAndActivity does) and
@@ -17,6 +20,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -28,6 +33,7 @@ import (
 
 	pb "github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
@@ -55,13 +61,24 @@ func main() {
 	name := flags.String("name", "workers", "the ScaledObject's name")
 	namespace := flags.String("namespace", "default", "the ScaledObject's namespace")
 	timeout := flags.Duration("timeout", 30*time.Second, "deadline of each poll call")
+	caPath := flags.String("ca", "", "CA certificate (PEM) to verify the scaler with: TLS on")
+	certPath := flags.String("cert", "", "client certificate (PEM), with --key: mutual TLS")
+	keyPath := flags.String("key", "", "client key (PEM)")
 	meta := metaFlags{}
 	flags.Var(meta, "meta", "a scalerMetadata entry, key=value (repeatable)")
 	_ = flags.Parse(os.Args[2:])
 	// As KEDA passes it: the trigger's metadata, scalerAddress included.
 	meta["scalerAddress"] = *address
 
-	conn, err := grpc.NewClient(*address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	transport := insecure.NewCredentials()
+	if *caPath != "" {
+		config, err := tlsConfig(*caPath, *certPath, *keyPath)
+		if err != nil {
+			fail(err)
+		}
+		transport = credentials.NewTLS(config)
+	}
+	conn, err := grpc.NewClient(*address, grpc.WithTransportCredentials(transport))
 	if err != nil {
 		fail(err)
 	}
@@ -78,6 +95,27 @@ func main() {
 		fmt.Fprintf(os.Stderr, "unknown mode %q\n", mode)
 		os.Exit(2)
 	}
+}
+
+// tlsConfig is what KEDA's external scaler builds from caCert, tlsClientCert and tlsClientKey.
+func tlsConfig(caPath, certPath, keyPath string) (*tls.Config, error) {
+	pem, err := os.ReadFile(caPath)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no certificate", caPath)
+	}
+	config := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if certPath != "" {
+		pair, err := tls.LoadX509KeyPair(certPath, keyPath)
+		if err != nil {
+			return nil, err
+		}
+		config.Certificates = []tls.Certificate{pair}
+	}
+	return config, nil
 }
 
 func poll(client pb.ExternalScalerClient, ref *pb.ScaledObjectRef, timeout time.Duration) {

@@ -2,7 +2,53 @@
 //! stderr, as text or one JSON object per line) and how `main` runs and exits.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+use wool::worker::{CredentialReload, ServerCredentialFiles};
+
+/// The server-side TLS flags (the files are read again when one of them changes and on SIGHUP:
+/// new connections get the new material; bad material is refused).
+#[derive(Debug, Clone, clap::Args)]
+pub struct TlsArgs {
+    /// CA certificate (PEM) that client certificates must chain to (mutual TLS).
+    #[arg(long, requires_all = ["tls_cert", "tls_key"])]
+    pub tls_ca: Option<PathBuf>,
+    /// This server's certificate chain (PEM). The three TLS files are read again when one of
+    /// them changes and on SIGHUP: new connections get the new material; bad material is
+    /// refused.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// This server's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// One-way TLS: do not ask clients for certificates.
+    #[arg(long, requires = "tls_cert")]
+    pub one_way: bool,
+}
+
+impl TlsArgs {
+    /// The credential files the flags name; `None` for plaintext.
+    ///
+    /// Errors: mutual TLS (the default with a certificate) without `--tls-ca`.
+    pub fn files(&self) -> Result<Option<ServerCredentialFiles>, String> {
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+            return Ok(None);
+        };
+        let client_ca = match (&self.tls_ca, self.one_way) {
+            (_, true) => None,
+            (Some(ca), false) => Some(ca.clone()),
+            (None, false) => {
+                return Err("--tls-ca is required for mutual TLS (or pass --one-way)".into())
+            }
+        };
+        Ok(Some(ServerCredentialFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca,
+        }))
+    }
+}
 
 /// `--log-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -49,5 +95,26 @@ pub fn run_to_exit(
             eprintln!("{program}: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// SIGHUP: reads the TLS files again through `reload` and logs what came of it (a refusal keeps
+/// the old material and was logged, with the files, by the reload itself). `server` names the
+/// program in the log line ("worker", "scaler").
+pub fn reload_on_sighup<E>(
+    server: &str,
+    serves_tls: bool,
+    reload: impl FnOnce() -> Result<CredentialReload, E>,
+) {
+    if !serves_tls {
+        tracing::info!("SIGHUP: the {server} serves plaintext: no credentials to reload");
+        return;
+    }
+    match reload() {
+        Ok(CredentialReload::Unchanged) => {
+            tracing::info!("SIGHUP: the TLS files hold the material already in use")
+        }
+        Ok(CredentialReload::Reloaded) => {}
+        Err(_) => tracing::info!("SIGHUP: the new material was refused (see the warning)"),
     }
 }
