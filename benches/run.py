@@ -12,10 +12,11 @@ statistic in the results is computed here, in one place (the "driver output, sta
 section below), the same way for every driver.
 
 Writes target/bench/results.json and prints a markdown table on stdout (progress goes to
-stderr). ``--only SECTIONS`` (sequential, concurrency, fleet, memory, dispatch, discovery) runs
-some sections: written to results-SECTIONS.json and merged into results.json, and (not QUICK)
-the generated block of BENCHMARKS.md gets those sections (fleet: 3, discovery: 6) and their
-target rows replaced, with a "Re-measured" line; the rest of the block is left as it was. Nothing here asserts on time: the targets are *reported* (met / missed, with
+stderr). ``--only SECTIONS`` (sequential, concurrency, fleet, memory, dispatch, discovery,
+scaler) runs some sections: written to results-SECTIONS.json and merged into results.json, and
+(not QUICK) the generated block of BENCHMARKS.md gets those sections (fleet: 3, discovery: 6,
+scaler: 7) and their target rows replaced, with a "Re-measured" line; the rest of the block is
+left as it was. Nothing here asserts on time: the targets are *reported* (met / missed, with
 the measured ratio), never enforced.
 
 Every knob is an environment variable (defaults give a full run of about 3-4 minutes on a
@@ -38,6 +39,12 @@ Every knob is an environment variable (defaults give a full run of about 3-4 min
     FLEET_PER_SERVER, FLEET_TIMEOUT  workers per fleet-serve process (2500: the fd limit caps a
                                      process's listeners), each sweep's deadline (s)
     FLEET_HOSTS                      e.g. "rust,c,go,py_aio,py_sync,woolctl" (default: all found)
+    SCALER_WORKERS, SCALER_REPS,     the scaler section: fleet size (1000; served by as many
+    SCALER_RUNS                      fleet-serve processes as section 3's largest size, spread
+                                     alike), GetMetrics calls with a fresh sweep per process (20;
+                                     QUICK: 5; as many warm anchor sweeps, and 20x as many
+                                     cached calls), driver processes (3; QUICK: 1); each sweep's
+                                     deadline (sweepTimeout) is FLEET_TIMEOUT
     DISCOVERY_WORKERS, DISCOVERY_REPS, DISCOVERY_POLL_N, DISCOVERY_STRACE, DISCOVERY_STRACE_REPS
                                      registry size (128), listings timed, sequential polls in
                                      the same process, strace -c of DISCOVERY_STRACE_REPS
@@ -90,6 +97,9 @@ CFG = {
     "FLEET_PER_SERVER": env("FLEET_PER_SERVER", 2500, 2500),
     "FLEET_TIMEOUT": env("FLEET_TIMEOUT", 30.0, 30.0),
     "FLEET_HOSTS": env("FLEET_HOSTS", "", ""),
+    "SCALER_WORKERS": env("SCALER_WORKERS", 1000, 1000),
+    "SCALER_REPS": env("SCALER_REPS", 20, 5),
+    "SCALER_RUNS": env("SCALER_RUNS", 3, 1),
     "DISCOVERY_WORKERS": env("DISCOVERY_WORKERS", 128, 128),
     "DISCOVERY_REPS": env("DISCOVERY_REPS", 2000, 200),
     "DISCOVERY_POLL_N": env("DISCOVERY_POLL_N", 2000, 500),
@@ -247,6 +257,8 @@ def proc_memory(pid: int, port: int) -> dict:
 #                     "failures": [one per sweep], "first_error"}
 #   listing_times     registry listings: {"namespace", "counts", "kept_ns": [...],
 #                     "fresh_ns": [...], "cpu_s", "poll": <sequential polls>}
+#   scaler_calls      a scaler's GetMetrics: {"endpoints", "sweep": <fleet sweeps>,
+#                     "fresh", "cached": <sequential calls> with "ok", "failed", "first_error"}
 #
 # Other keys a driver adds (library, mode, max_threads, os_threads_max...) pass through.
 
@@ -316,12 +328,13 @@ def _us(ns: float) -> float:
 
 
 def latency(raw: dict) -> dict:
-    """A sequential run (one call at a time) -> n, median / p99 / mean / min (µs), calls per
-    second over the timed loop, client CPU µs per call."""
+    """A sequential run (one call at a time) -> n, median / p90 / p99 / mean / min (µs), calls
+    per second over the timed loop, client CPU µs per call."""
     samples = sorted(raw.pop("samples_ns"))
     n = len(samples)
     out = {"n": n, "median_us": _us(quantile(samples, 0.5)),
-           "p99_us": _us(quantile(samples, 0.99)), "mean_us": _us(sum(samples) / n),
+           "p90_us": _us(quantile(samples, 0.9)), "p99_us": _us(quantile(samples, 0.99)),
+           "mean_us": _us(sum(samples) / n),
            "min_us": _us(samples[0]), "polls_per_s": per_second(n, raw.pop("elapsed_s")),
            "cpu_us_per_poll": round(raw.pop("cpu_s") * 1e6 / n, 2)}
     out.update(raw)
@@ -390,6 +403,15 @@ def listing_times(raw: dict) -> dict:
            "fresh_median_us": _us(quantile(fresh, 0.5))}
     if "poll" in raw:
         out["poll"] = latency(raw.pop("poll"))
+    out.update(raw)
+    return out
+
+
+def scaler_calls(raw: dict) -> dict:
+    """A scaler's GetMetrics calls -> the anchor's sweeps (sweep_times) and each kind of call
+    (fresh, cached: latency, with its counts)."""
+    out = {"endpoints": raw.pop("endpoints"), "sweep": sweep_times(raw.pop("sweep")),
+           "fresh": latency(raw.pop("fresh")), "cached": latency(raw.pop("cached"))}
     out.update(raw)
     return out
 
@@ -590,6 +612,16 @@ def fleet_serve(tools: dict, total: int, per_server: int) -> tuple[list, list[li
     return procs, addrs, time.perf_counter() - t
 
 
+def interleave(per_server: list[list[str]]) -> list[str]:
+    """The addresses round-robin over the servers, so that any prefix is spread over all."""
+    out = [a for group in zip(*per_server) for a in group]
+    return out + [a for group in per_server for a in group[min(map(len, per_server)):]]
+
+
+def fleet_sizes() -> list[int]:
+    return [int(x) for x in str(CFG["FLEET_SIZES"]).split(",") if x.strip()]
+
+
 def stop_fleet(procs: list) -> None:
     for proc in procs:
         try:
@@ -631,7 +663,7 @@ def section_fleet(tools: dict) -> dict:
     (several fleet-serve processes), each size is an interleaved subset of it (every server
     alike), and the hosts run round-robin, one process per (run, size, host): one cold sweep
     then FLEET_SWEEPS warm ones in that process (woolctl: the one cold sweep)."""
-    sizes = [int(x) for x in str(CFG["FLEET_SIZES"]).split(",") if x.strip()]
+    sizes = fleet_sizes()
     conc, sweeps, timeout = CFG["FLEET_CONCURRENCY"], CFG["FLEET_SWEEPS"], CFG["FLEET_TIMEOUT"]
     libenv = dict(os.environ, LIBWOOL_PATH=str(tools["libwool"]))
     py = str(tools["wool_python"])
@@ -651,9 +683,7 @@ def section_fleet(tools: dict) -> dict:
     wanted = set(filter(None, str(CFG["FLEET_HOSTS"]).split(",")))
     hosts = {k: v for k, v in hosts.items() if not wanted or k in wanted}
     procs, per_server, started = fleet_serve(tools, max(sizes), CFG["FLEET_PER_SERVER"])
-    # Round-robin over the servers, so that every size is spread over all of them.
-    interleaved = [a for group in zip(*per_server) for a in group]
-    interleaved += [a for group in per_server for a in group[min(map(len, per_server)):]]
+    interleaved = interleave(per_server)
     runs: dict[int, dict[str, list[dict]]] = {n: {k: [] for k in hosts} for n in sizes}
     paths = {}
     for n in sizes:
@@ -689,8 +719,7 @@ def section_fleet(tools: dict) -> dict:
                           "warm_median_ms": med(warm),
                           "warm_p90_ms": quantile(sorted(warm), 0.9) if warm else None,
                           "failures": sum(sum(x["failures"]) for x in rs),
-                          "first_error": next((x["first_error"] for x in rs
-                                               if x.get("first_error")), ""),
+                          "first_error": first_error(rs),
                           "client_cpu_s": [round(x.get("_cpu_s", 0), 3) for x in rs]}
         out["sizes"][str(n)] = table
     # The keys of the earlier single-size section (BENCHMARKS.png, older readers): the
@@ -703,6 +732,57 @@ def section_fleet(tools: dict) -> dict:
         out["c_many"] = {k: small["c"][k] for k in ("cold_median_ms", "warm_median_ms",
                                                      "failures")}
     return out
+
+
+def section_scaler(tools: dict) -> dict:
+    """A KEDA scaler (wool::scaler, in the driver's process) answering GetMetrics for
+    SCALER_WORKERS workers named by `targets`, one call at a time: with a fresh sweep each
+    (maxSweepAge 0) and from the cached sweep (1h), against the anchor, one warm
+    wool::fleet::sweep of the same workers by the same process (`wool_bench scaler`). The
+    workers are spread over as many fleet-serve processes as section 3 serves its largest size
+    from, as its subset of that size is; SCALER_RUNS driver processes; medians of theirs."""
+    n, reps, timeout = CFG["SCALER_WORKERS"], CFG["SCALER_REPS"], CFG["FLEET_TIMEOUT"]
+    servers = max(1, -(-max(fleet_sizes() + [n]) // CFG["FLEET_PER_SERVER"]))
+    procs, per_server, started = fleet_serve(tools, n, -(-n // servers))
+    path = OUT / "tmp" / f"scaler-{n}.addrs"
+    path.write_text("\n".join(interleave(per_server)) + "\n")
+    runs = []
+    try:
+        for r in range(CFG["SCALER_RUNS"]):
+            log(f"scaler: run {r + 1}/{CFG['SCALER_RUNS']}, {n:,} workers: {reps} warm sweeps, "
+                f"{reps} fresh GetMetrics, then cached ones")
+            runs.append(run_driver([tools["bench"], "scaler", path, reps, timeout],
+                                   f"scaler {n}", scaler_calls))
+            # Let the servers close the last client's connections.
+            time.sleep(0.3 + n / 10000)
+    finally:
+        stop_fleet(procs)
+    med = lambda xs: round(statistics.median(xs), 3)  # noqa: E731
+    warm = [sorted(x["sweep"]["warm_ms"]) for x in runs]
+    out: dict = {"workers": n, "servers": len(procs), "fleet_start_s": round(started, 2),
+                 "runs": len(runs), "timeout_s": timeout,
+                 "concurrency": runs[0]["sweep"]["concurrency"],
+                 "sweep": {"warm_median_ms": med([quantile(w, 0.5) for w in warm]),
+                           "warm_p90_ms": med([quantile(w, 0.9) for w in warm]),
+                           "cold_median_ms": med([x["sweep"]["cold_ms"] for x in runs]),
+                           "sweeps_per_run": len(warm[0]),
+                           "failures": sum(sum(x["sweep"]["failures"]) for x in runs),
+                           "first_error": first_error(x["sweep"] for x in runs)}}
+    anchor_us = out["sweep"]["warm_median_ms"] * 1e3
+    for kind in ("fresh", "cached"):
+        rs = [x[kind] for x in runs]
+        row = {k: med([x[k] for x in rs]) for k in ("median_us", "p90_us", "cpu_us_per_poll")}
+        row.update(calls_per_run=rs[0]["n"], ok=sum(x["ok"] for x in rs),
+                   failed=sum(x["failed"] for x in rs), first_error=first_error(rs))
+        row["runs_median_us"] = [x["median_us"] for x in rs]
+        row["ratio_to_sweep"] = round(row["median_us"] / anchor_us, 4) if anchor_us else None
+        out[kind] = row
+    return out
+
+
+def first_error(results) -> str:
+    """The first non-empty first_error of `results`."""
+    return next((str(x["first_error"]) for x in results if x.get("first_error")), "")
 
 
 def section_discovery(tools: dict, worker: Server) -> dict:
@@ -1035,6 +1115,7 @@ def targets(res: dict) -> list[dict]:
     add("echo dispatch, ours vs Wool Python worker (same raw client)", ">= 20x", f"{ratio:.1f}x",
         ratio >= 20, f"Wool's own client end to end: {disp['ratio_ours_to_wool_e2e']:.1f}x")
     rows.extend(discovery_targets(res))
+    rows.extend(scaler_targets(res))
     return rows
 
 
@@ -1112,6 +1193,34 @@ def discovery_targets(res: dict) -> list[dict]:
     return [{"target": f"discovery: listing {disc['published']} local workers vs one sequential "
              "idle poll", "goal": "< 1.0x", "measured": f"{ratio:.2f}x",
              "met": ratio < 1.0 and disc["workers"] == disc["published"], "note": note}]
+
+
+def scaler_targets(res: dict) -> list[dict]:
+    """The scaler section's targets (rows named "scaler: ..."): what we expect of a
+    GetMetrics answer against one sweep of the fleet layer; met only with no failed call."""
+    sc = res.get("scaler")
+    if not sc:
+        return []
+    rows = []
+    anchor = _duration(sc["sweep"]["warm_median_ms"] * 1e3)
+    for kind, goal in (("fresh", 1.2), ("cached", 0.01)):
+        row = sc[kind]
+        ratio = row["ratio_to_sweep"]
+        rows.append({"target": f"scaler: GetMetrics {SCALER_KINDS[kind]}, {sc['workers']:,} "
+                     "workers, vs one warm wool::fleet::sweep", "goal": f"<= {goal:g}x",
+                     "measured": f"{ratio:.3f}x", "met": ratio <= goal and row["failed"] == 0,
+                     "note": f"{_duration(row['median_us'])} vs {anchor}; p90 "
+                             f"{_duration(row['p90_us'])}; {row['failed']} failed calls"})
+    return rows
+
+
+SCALER_KINDS = {"fresh": "with a fresh sweep (maxSweepAge 0)",
+                "cached": "from the cached sweep (maxSweepAge 1h)"}
+
+
+def _duration(us: float) -> str:
+    """A duration given in µs, in ms from 1 ms on."""
+    return f"{us / 1e3:,.2f} ms" if us >= 1e3 else f"{us:,.1f} µs"
 
 
 def discovery_poll(res: dict) -> tuple[float, str]:
@@ -1225,6 +1334,43 @@ def markdown_discovery(res: dict) -> list[str]:
     return lines
 
 
+def markdown_scaler(sc: dict) -> list[str]:
+    """Section 7 of the table."""
+    fresh, cached, sweep = sc["fresh"], sc["cached"], sc["sweep"]
+    lines = ["### 7. KEDA scaler: GetMetrics for a fleet\n",
+             f"A `wool::scaler::Scaler` in the driver's process (`wool_bench scaler`) answering "
+             f"KEDA's `GetMetrics` for {sc['workers']:,} workers named by `targets` (served by "
+             f"{sc['servers']} `wool_bench fleet-serve` process(es), spread as in section 3; "
+             f"`idleThreshold` 0, so every worker that answers is idle and the metric is 0: any "
+             f"other answer counts as a failed call), called over one tonic channel, one call at "
+             f"a time. The anchor: one warm `wool::fleet::sweep` of the same workers by the same "
+             f"process ({sc['concurrency']} in flight, as the scaler's sweeps). "
+             f"{sc['runs']} process(es), each 1 cold + {sweep['sweeps_per_run']} warm sweeps, then "
+             f"{fresh['calls_per_run']} calls with `maxSweepAge` 0 (each sweeps the whole fleet, "
+             f"on the scaler's own connections) and {cached['calls_per_run']:,} with "
+             f"`maxSweepAge` 1h (answered from the cached sweep), each kind after one untimed "
+             f"call. Medians of the processes' figures; CPU: the driver process's (client and "
+             f"scaler) per call.\n",
+             "| | median | p90 | CPU per call | ×sweep | failed |",
+             "|---|--:|--:|--:|--:|--:|",
+             f"| one warm `wool::fleet::sweep` (the anchor) | "
+             f"{_duration(sweep['warm_median_ms'] * 1e3)} | "
+             f"{_duration(sweep['warm_p90_ms'] * 1e3)} | – | 1.000 | {sweep['failures']} polls |"]
+    for kind in ("fresh", "cached"):
+        row = sc[kind]
+        lines.append(f"| `GetMetrics` {SCALER_KINDS[kind]} | {_duration(row['median_us'])} | "
+                     f"{_duration(row['p90_us'])} | {_duration(row['cpu_us_per_poll'])} | "
+                     f"{row['ratio_to_sweep']:.3f} | {row['failed']} of "
+                     f"{row['ok'] + row['failed']} calls |")
+    lines.append("")
+    for kind in ("fresh", "cached"):
+        if sc[kind]["failed"]:
+            lines.append(f"First failed call {SCALER_KINDS[kind]}: {sc[kind]['first_error']}\n")
+    if sweep["failures"]:
+        lines.append(f"First failed poll of the anchor: {sweep['first_error']}\n")
+    return lines
+
+
 def markdown(res: dict) -> str:
     seq, conc, fleet, mem, disp = (res[k] for k in
                                    ("sequential", "concurrency", "fleet", "memory", "dispatch"))
@@ -1335,6 +1481,8 @@ def markdown(res: dict) -> str:
                  f"saturated single-threaded worker.\n")
     if res.get("discovery"):
         lines.extend(markdown_discovery(res))
+    if res.get("scaler"):
+        lines.extend(markdown_scaler(res["scaler"]))
     lines.append("### Targets\n")
     lines.append("| target | goal | measured | met |")
     lines.append("|---|---|---|---|")
@@ -1349,17 +1497,29 @@ def target_row(t: dict) -> str:
     return f"| {t['target']} | {t['goal']} | {t['measured']}{note} | {met} |"
 
 
+# The sections of the generated block a partial run (--only) can replace on their own: heading
+# prefix -> (results key, its name in the "Re-measured" line, its markdown (of the results),
+# its targets (of the results), the prefixes of its target rows (older names included)).
+PARTIAL_SECTIONS = {
+    "### 3.": ("fleet", "3 (fleet sweep)", lambda res: markdown_fleet(res["fleet"]),
+               fleet_targets, ("| fleet: ", "| C fleet call (wool_idle_many)",
+                               "| 1000-endpoint sweep")),
+    "### 6.": ("discovery", "6 (local discovery)", markdown_discovery, discovery_targets,
+               ("| discovery: ",)),
+    "### 7.": ("scaler", "7 (KEDA scaler)", lambda res: markdown_scaler(res["scaler"]),
+               scaler_targets, ("| scaler: ",)),
+}
+
+
 def markdown_partial(res: dict) -> dict[str, list[str]]:
     """The sections a partial run (--only) measured that the generated block can take on
     their own: heading prefix -> lines; "targets" -> target rows."""
     parts: dict[str, list[str]] = {}
     rows: list[dict] = []
-    if res.get("fleet"):
-        parts["### 3."] = markdown_fleet(res["fleet"])
-        rows += fleet_targets(res)
-    if res.get("discovery"):
-        parts["### 6."] = markdown_discovery(res)
-        rows += discovery_targets(res)
+    for heading, (key, _, lines, targets_of, _) in PARTIAL_SECTIONS.items():
+        if res.get(key):
+            parts[heading] = lines(res)
+            rows += targets_of(res)
     parts["targets"] = [target_row(t) for t in rows]
     return parts
 
@@ -1389,8 +1549,9 @@ def update_doc(res: dict, table: str) -> None:
 
 def update_doc_partial(res: dict, only: set[str]) -> None:
     """A partial run (--only): replaces, in the generated block of BENCHMARKS.md, the sections
-    it measured (fleet = "### 3.", discovery = "### 6.") and their target rows, and notes the
-    run in a "Re-measured" line; the rest of the block (an earlier full run) is kept."""
+    it measured (PARTIAL_SECTIONS: fleet = "### 3.", discovery = "### 6.", scaler = "### 7.")
+    and their target rows, and notes the run in a "Re-measured" line; the rest of the block
+    (an earlier full run) is kept."""
     doc = ROOT / "BENCHMARKS.md"
     if not doc.exists():
         return
@@ -1399,7 +1560,7 @@ def update_doc_partial(res: dict, only: set[str]) -> None:
         log("BENCHMARKS.md has no generated block: left alone")
         return
     parts = markdown_partial(res)
-    done = [k for k in ("### 3.", "### 6.") if k in parts]
+    done = [k for k in PARTIAL_SECTIONS if k in parts]
     if not done:
         return
     before, rest = text.split(START, 1)
@@ -1425,19 +1586,14 @@ def update_doc_partial(res: dict, only: set[str]) -> None:
             at = next((i for i, sec in enumerate(sections) if number(sec) > n), len(sections))
             sections.insert(at, new)
     # Target rows: drop this run's sections' old rows, append the new ones.
-    stale = []
-    if "### 3." in done:
-        stale += ["| fleet: ", "| C fleet call (wool_idle_many)", "| 1000-endpoint sweep"]
-    if "### 6." in done:
-        stale += ["| discovery: "]
+    stale = [prefix for k in done for prefix in PARTIAL_SECTIONS[k][4]]
     for sec in sections:
         if sec[0].startswith("### Targets"):
             rows = [l for l in sec if not any(l.startswith(p) for p in stale)]
             last = max(i for i, l in enumerate(rows) if l.startswith("|"))
             sec[:] = rows[:last + 1] + parts["targets"] + rows[last + 1:]
     m = res["machine"]
-    names = {"### 3.": "3 (fleet sweep)", "### 6.": "6 (local discovery)"}
-    which = " and ".join(names[k] for k in done)
+    which = " and ".join(PARTIAL_SECTIONS[k][1] for k in done)
     note = (f"Re-measured: section{'s' if len(done) > 1 else ''} {which} and {'their' if len(done) > 1 else 'its'} "
             f"target rows, in a run of {res['started']} (`BENCH_ONLY={','.join(sorted(only))}`) at "
             f"commit `{m['commit']}`: {m['nproc']} × {m['cpu_model']}, Linux {m['kernel']}, load average {m['loadavg_at_start'][0]:.2f} at the start and "
@@ -1496,6 +1652,8 @@ def main() -> int:
             results["concurrency"] = section_concurrency(tools, worker.address, worker)
         if want("fleet"):
             results["fleet"] = section_fleet(tools)
+        if want("scaler"):
+            results["scaler"] = section_scaler(tools)
         if want("discovery"):
             results["discovery"] = section_discovery(tools, worker)
         if want("memory"):
@@ -1529,7 +1687,7 @@ def main() -> int:
         if path.exists():
             merged = json.loads(path.read_text())
             for key in ("sequential", "sequential_layout", "sequential_layouts", "concurrency",
-                        "fleet", "memory", "dispatch", "discovery"):
+                        "fleet", "memory", "dispatch", "discovery", "scaler"):
                 if key in results:
                     merged[key] = results[key]
             merged.setdefault("remeasured", []).append(

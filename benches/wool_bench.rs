@@ -19,7 +19,8 @@
 //! * counts (`ok`, `failed`, `bursts`) and `first_error`, the first failure's text (`""`: none).
 //!
 //! The shapes are the types under "Outputs" below ([`Latency`], [`Bursts`], [`Sweeps`],
-//! [`Listings`], [`ClosedLoop`], [`PollerRun`]); progress and diagnostics go to stderr.
+//! [`Listings`], [`ScalerCalls`], [`ClosedLoop`], [`PollerRun`]); progress and diagnostics go
+//! to stderr.
 //!
 //! # Sub-commands
 //!
@@ -38,6 +39,16 @@
 //!                                           (max_in_flight = CONCURRENCY, one deadline of
 //!                                           TIMEOUT s per sweep, default 30): 1 cold sweep
 //!                                           (new connections) + SWEEPS warm          -> Sweeps
+//! scaler   ADDRFILE REPS [TIMEOUT]          a wool::scaler::Scaler in this process answering
+//!                                           GetMetrics for the fleet of ADDRFILE (`targets`,
+//!                                           idleThreshold 0: the metric is 0 unless polls
+//!                                           fail; sweepTimeout TIMEOUT s, default 30), on one
+//!                                           tonic Channel, one call at a time. First the
+//!                                           anchor, as `sweep` (max_in_flight as the scaler's,
+//!                                           100): 1 cold + REPS warm sweeps; then REPS calls
+//!                                           with maxSweepAge 0 (each sweeps the fleet) and
+//!                                           20 x REPS with maxSweepAge 1h (the cached sweep),
+//!                                           each kind after one untimed call   -> ScalerCalls
 //! discover NS REPS [ADDR N]                 LocalDiscovery listings of namespace NS: REPS on
 //!                                           one kept LocalDiscovery, REPS/4 on a fresh one
 //!                                           each; with ADDR, also N sequential
@@ -56,7 +67,7 @@
 //! ```
 //! (`no-keepalive`: the connection's keepalive off, to compare with the default, on.)
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -67,6 +78,9 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
+use wool::protocol::externalscaler::{
+    external_scaler_client::ExternalScalerClient, GetMetricsRequest, ScaledObjectRef,
+};
 use wool::protocol::{
     request::Payload as RequestPayload, response::Payload as ResponsePayload,
     worker_client::WorkerClient, Request, Task, Void,
@@ -122,21 +136,17 @@ fn run(args: &[String]) -> Result<(), BoxError> {
             runtime("multi")?.block_on(fleet_serve(n))
         }
         "sweep" => {
-            let file: String = arg(args, 1, "ADDRFILE")?;
+            let addrs = addr_file(args, 1)?;
             let concurrency: usize = arg(args, 2, "CONCURRENCY")?;
             let sweeps: usize = arg(args, 3, "SWEEPS")?;
-            let timeout: f64 = if args.len() > 4 {
-                arg(args, 4, "TIMEOUT")?
-            } else {
-                30.0
-            };
-            let addrs: Vec<String> = std::fs::read_to_string(&file)?
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .map(String::from)
-                .collect();
+            let timeout = timeout_arg(args, 4)?;
             emit(&runtime("multi")?.block_on(sweep(addrs, concurrency, sweeps, timeout))?)
+        }
+        "scaler" => {
+            let addrs = addr_file(args, 1)?;
+            let reps: usize = arg(args, 2, "REPS")?;
+            let timeout = timeout_arg(args, 3)?;
+            emit(&runtime("multi")?.block_on(scaler(addrs, reps, timeout))?)
         }
         "discover" => {
             let namespace: String = arg(args, 1, "NS")?;
@@ -193,6 +203,26 @@ fn keepalive_arg(args: &[String], i: usize) -> Result<bool, BoxError> {
         None => Ok(true),
         Some("no-keepalive") => Ok(false),
         Some(other) => Err(format!("bad argument {i}: {other:?} (expected no-keepalive)").into()),
+    }
+}
+
+/// The addresses in the file named by the argument at `i`, one a line (blank lines skipped).
+fn addr_file(args: &[String], i: usize) -> Result<Vec<String>, BoxError> {
+    let file: String = arg(args, i, "ADDRFILE")?;
+    Ok(std::fs::read_to_string(&file)?
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect())
+}
+
+/// The optional TIMEOUT (seconds) at `i`: a whole sweep's deadline, 30 if absent.
+fn timeout_arg(args: &[String], i: usize) -> Result<f64, BoxError> {
+    if args.len() > i {
+        arg(args, i, "TIMEOUT")
+    } else {
+        Ok(30.0)
     }
 }
 
@@ -274,6 +304,27 @@ struct Sweeps {
     sweep_ns: Vec<u64>,
     failures: Vec<usize>,
     first_error: String,
+}
+
+/// `scaler`: the anchor's sweeps, then the `GetMetrics` calls answered with a fresh sweep each
+/// (`fresh`) and from the cached sweep (`cached`).
+#[derive(Serialize)]
+struct ScalerCalls {
+    endpoints: usize,
+    sweep: Sweeps,
+    fresh: Calls,
+    cached: Calls,
+}
+
+/// One kind of `scaler` call: the timed calls ([`Latency`]), and the tally of them all, the
+/// untimed one too (a failure: an error status, or a metric other than 0: workers the sweep
+/// did not reach).
+#[derive(Serialize)]
+struct Calls {
+    #[serde(flatten)]
+    latency: Latency,
+    #[serde(flatten)]
+    tally: Tally,
 }
 
 /// `discover`: each listing's duration, on the kept `LocalDiscovery` (`kept_ns`, with this
@@ -504,6 +555,83 @@ async fn sweep(
         out.failures.push(failed);
     }
     Ok(out)
+}
+
+/// `GetMetrics` calls answered from the cached sweep per call answered with a fresh one.
+const CACHED_PER_FRESH: usize = 20;
+
+/// The anchor (as [`sweep`]: 1 cold + `reps` warm sweeps, at most as many polls in flight as
+/// the scaler's sweeps, 100), then a [`wool::scaler::Scaler`] on 127.0.0.1:0 in this process,
+/// asked over one tonic `Channel` for the metric of the fleet `addrs` (KEDA's `targets`), one
+/// call at a time: `reps` calls with `maxSweepAge` 0 (each sweeps the whole fleet, over the
+/// scaler's own connections), then `CACHED_PER_FRESH * reps` with `maxSweepAge` 1h (each answered
+/// from the cached sweep); each kind after one untimed call (the first dials the scaler's
+/// connections). `idleThreshold` 0: every worker that answers is idle, so the metric is 0.
+async fn scaler(addrs: Vec<String>, reps: usize, timeout: f64) -> Result<ScalerCalls, BoxError> {
+    let in_flight = wool::fleet::SweepOptions::default().max_in_flight;
+    let anchor = sweep(addrs.clone(), in_flight, reps, timeout).await?;
+    let scaler = wool::scaler::Scaler::builder()
+        .listen("127.0.0.1:0")
+        .serve()
+        .await?;
+    let channel = Endpoint::from_shared(format!("http://{}", scaler.address()))?
+        .tcp_nodelay(true)
+        .connect()
+        .await?;
+    let mut client = ExternalScalerClient::new(channel);
+    let targets = addrs.join(",");
+    let request = |max_sweep_age: &str| GetMetricsRequest {
+        scaled_object_ref: Some(ScaledObjectRef {
+            name: "wool-bench".into(),
+            namespace: "bench".into(),
+            scaler_metadata: HashMap::from([
+                ("targets".into(), targets.clone()),
+                ("idleThreshold".into(), "0".into()),
+                ("maxSweepAge".into(), max_sweep_age.into()),
+                ("sweepTimeout".into(), format!("{timeout}")),
+            ]),
+        }),
+        metric_name: wool::scaler::METRIC_NAME.into(),
+    };
+    let mut calls = async |request: GetMetricsRequest, n: usize| {
+        let mut tally = Tally::default();
+        let outcome = sequential(n, 1, async || {
+            tally.record(get_metrics(&mut client, request.clone()).await);
+            Ok::<_, std::convert::Infallible>(())
+        })
+        .await;
+        let Ok(latency) = outcome;
+        Calls { latency, tally }
+    };
+    let fresh = calls(request("0"), reps).await;
+    let cached = calls(request("1h"), CACHED_PER_FRESH * reps).await;
+    drop(client);
+    scaler.shutdown();
+    scaler.wait().await?;
+    Ok(ScalerCalls {
+        endpoints: addrs.len(),
+        sweep: anchor,
+        fresh,
+        cached,
+    })
+}
+
+/// One `GetMetrics` call; `Err` unless it answers the one metric, 0.
+async fn get_metrics(
+    client: &mut ExternalScalerClient<Channel>,
+    request: GetMetricsRequest,
+) -> Result<(), String> {
+    let answer = client
+        .get_metrics(request)
+        .await
+        .map_err(|s| format!("GetMetrics: {s}"))?
+        .into_inner();
+    match answer.metric_values.as_slice() {
+        [value] if value.metric_value_float == 0.0 => Ok(()),
+        values => Err(format!(
+            "expected the one metric at 0 (every worker idle), got {values:?}"
+        )),
+    }
 }
 
 /// Listings of a local registry: `reps / 4` (at least 1) by a fresh

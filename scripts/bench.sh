@@ -12,7 +12,9 @@
 #   4. RSS and TCP connections for 1 and 10,000 handles;
 #   5. echo dispatch throughput against a Wool Python worker, and the cost of a 1 kHz idle poller;
 #   6. listing a 128-worker local registry (written by Wool 0.15.7's own LocalDiscovery
-#      publisher) with LocalDiscovery::list, against one sequential idle poll.
+#      publisher) with LocalDiscovery::list, against one sequential idle poll;
+#   7. a KEDA scaler (wool::scaler, in process) answering GetMetrics for 1,000 workers, with a
+#      fresh sweep and from the cached sweep, against one warm wool::fleet::sweep of them.
 # Writes target/bench/results.json, prints a markdown table, renders BENCHMARKS.png and rewrites
 # the generated block of BENCHMARKS.md (UPDATE_BENCHMARKS_MD=0 leaves it alone).
 #
@@ -24,7 +26,7 @@
 #                                 records perf profiles: target/bench/profile.md (needs perf)
 #   BENCH_ONLY=sequential,dispatch ./scripts/bench.sh   run some sections only (no plot); of
 #                                 BENCHMARKS.md's generated block, only those sections (fleet,
-#                                 discovery) and their targets are replaced
+#                                 discovery, scaler) and their targets are replaced
 # Knobs (iteration counts, durations): see the docstring of benches/run.py. Not a test: it
 # never fails on a slow number; it exits non-zero only when something could not run.
 set -euo pipefail
