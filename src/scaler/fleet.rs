@@ -372,13 +372,74 @@ fn transient(message: String) -> Error {
     Error::new(ErrorKind::Transient, None, message)
 }
 
-/// The fleets the scaler is answering for, by [`FleetKey`].
+/// Most metadata maps whose reading is kept (see [`Fleets::for_metadata`]).
+const MAX_READINGS: usize = 1024;
+
+/// The fleets the scaler is answering for, by [`FleetKey`], and the readings of the metadata
+/// maps calls came with, by the map's hash.
 #[derive(Debug, Default)]
 pub(crate) struct Fleets {
     fleets: Mutex<HashMap<FleetKey, Arc<Fleet>>>,
+    readings: Mutex<HashMap<u64, Reading>>,
+}
+
+/// A metadata map as a call sent it, what it reads as, and its fleet (not kept alive by this).
+#[derive(Debug)]
+struct Reading {
+    metadata: HashMap<String, String>,
+    spec: Arc<FleetSpec>,
+    fleet: std::sync::Weak<Fleet>,
+}
+
+/// A hash of a metadata map that does not depend on the map's order.
+fn metadata_hash(metadata: &HashMap<String, String>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut entries: Vec<(&String, &String)> = metadata.iter().collect();
+    entries.sort_unstable();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    entries.hash(&mut hasher);
+    hasher.finish()
 }
 
 impl Fleets {
+    /// What `metadata` reads as ([`FleetSpec::from_metadata`]) and its fleet ([`get`](Self::get)).
+    /// The reading is kept, so that KEDA's repeated calls with the same map (a list of 1,000
+    /// targets, say) cost a hash and a comparison rather than a parse.
+    ///
+    /// Errors: as [`FleetSpec::from_metadata`] and [`get`](Self::get); nothing is kept then.
+    pub(crate) fn for_metadata(
+        &self,
+        metadata: &HashMap<String, String>,
+    ) -> Result<(Arc<FleetSpec>, Arc<Fleet>), Error> {
+        let hash = metadata_hash(metadata);
+        {
+            let readings = self.readings.lock().expect("not poisoned");
+            if let Some(reading) = readings.get(&hash).filter(|r| r.metadata == *metadata) {
+                if let Some(fleet) = reading.fleet.upgrade() {
+                    return Ok((Arc::clone(&reading.spec), fleet));
+                }
+            }
+        }
+        let spec = Arc::new(FleetSpec::from_metadata(metadata)?);
+        let fleet = self.get(&spec)?;
+        let mut readings = self.readings.lock().expect("not poisoned");
+        if readings.len() >= MAX_READINGS {
+            readings.retain(|_, reading| reading.fleet.strong_count() > 0);
+            if readings.len() >= MAX_READINGS {
+                readings.clear();
+            }
+        }
+        readings.insert(
+            hash,
+            Reading {
+                metadata: metadata.clone(),
+                spec: Arc::clone(&spec),
+                fleet: Arc::downgrade(&fleet),
+            },
+        );
+        Ok((spec, fleet))
+    }
+
     /// The fleet `spec` names, made on first use; fleets no call asked about for
     /// [`UNUSED_FLEET_TTL`] and no stream holds are dropped here.
     ///

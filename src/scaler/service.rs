@@ -50,10 +50,10 @@ fn status(error: Error) -> Status {
 
 impl ScalerService {
     /// The spec and fleet a call names.
-    fn fleet(&self, reference: &ScaledObjectRef) -> Result<(FleetSpec, Arc<Fleet>), Status> {
-        let spec = FleetSpec::from_metadata(&reference.scaler_metadata).map_err(status)?;
-        let fleet = self.fleets.get(&spec).map_err(status)?;
-        Ok((spec, fleet))
+    fn fleet(&self, reference: &ScaledObjectRef) -> Result<(Arc<FleetSpec>, Arc<Fleet>), Status> {
+        self.fleets
+            .for_metadata(&reference.scaler_metadata)
+            .map_err(status)
     }
 
     /// The count a call answers from, recorded in the metrics under `rpc`.
