@@ -520,4 +520,30 @@ mod tests {
         };
         assert!(!none.count(&spec(&[("targets", "h:1")])).active());
     }
+
+    #[test]
+    fn a_metadata_maps_reading_is_kept_and_shared_by_equal_maps_only() {
+        let map = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let fleets = Fleets::default();
+        let first = map(&[("targets", "127.0.0.1:1,127.0.0.1:2"), ("idleThreshold", "1m")]);
+        let (spec, fleet) = fleets.for_metadata(&first).unwrap();
+        let (again, same_fleet) = fleets.for_metadata(&first.clone()).unwrap();
+        assert!(Arc::ptr_eq(&spec, &again), "an equal map is read again");
+        assert!(Arc::ptr_eq(&fleet, &same_fleet));
+        // Another threshold: another reading, the same fleet (the same workers, reached alike).
+        let other = map(&[("targets", "127.0.0.1:1,127.0.0.1:2"), ("idleThreshold", "2m")]);
+        let (other_spec, other_fleet) = fleets.for_metadata(&other).unwrap();
+        assert_eq!(other_spec.idle_threshold, Duration::from_secs(120));
+        assert!(Arc::ptr_eq(&fleet, &other_fleet));
+        // A bad map is an error each time, and nothing is kept for it.
+        let bad = map(&[("targets", "127.0.0.1:1"), ("idleThreshold", "soon")]);
+        assert!(fleets.for_metadata(&bad).is_err());
+        assert!(fleets.for_metadata(&bad).is_err());
+        assert_eq!(fleets.readings.lock().unwrap().len(), 2);
+    }
 }
