@@ -208,7 +208,20 @@ impl Fleet {
 
     async fn sweep(&self, members: &mut Members, spec: &FleetSpec) -> Result<Census, Error> {
         let started = Instant::now();
-        let listed = self.list().await?;
+        // The sweep's one deadline covers the listing too (a DNS server that does not answer,
+        // a LAN browse): the polls get what is left of it.
+        let listed = tokio::time::timeout(spec.sweep_timeout, self.list())
+            .await
+            .map_err(|_| {
+                transient(format!(
+                    "listing the fleet's members took longer than the sweep's timeout ({:.3} s)",
+                    spec.sweep_timeout.as_secs_f64()
+                ))
+            })??;
+        let left = spec
+            .sweep_timeout
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_millis(1));
         let mut connections = HashMap::with_capacity(listed.len());
         for member in listed {
             let entry = match members.connections.remove(&member.key) {
@@ -229,7 +242,7 @@ impl Fleet {
             .filter_map(|(_, member)| member.connection.as_ref().ok().cloned())
             .collect();
         let options = SweepOptions {
-            timeout: Some(spec.sweep_timeout),
+            timeout: Some(left),
             ..SweepOptions::default()
         };
         let mut outcomes = sweep(reachable, &options).await?.into_iter();
@@ -530,13 +543,19 @@ mod tests {
                 .collect()
         };
         let fleets = Fleets::default();
-        let first = map(&[("targets", "127.0.0.1:1,127.0.0.1:2"), ("idleThreshold", "1m")]);
+        let first = map(&[
+            ("targets", "127.0.0.1:1,127.0.0.1:2"),
+            ("idleThreshold", "1m"),
+        ]);
         let (spec, fleet) = fleets.for_metadata(&first).unwrap();
         let (again, same_fleet) = fleets.for_metadata(&first.clone()).unwrap();
         assert!(Arc::ptr_eq(&spec, &again), "an equal map is read again");
         assert!(Arc::ptr_eq(&fleet, &same_fleet));
         // Another threshold: another reading, the same fleet (the same workers, reached alike).
-        let other = map(&[("targets", "127.0.0.1:1,127.0.0.1:2"), ("idleThreshold", "2m")]);
+        let other = map(&[
+            ("targets", "127.0.0.1:1,127.0.0.1:2"),
+            ("idleThreshold", "2m"),
+        ]);
         let (other_spec, other_fleet) = fleets.for_metadata(&other).unwrap();
         assert_eq!(other_spec.idle_threshold, Duration::from_secs(120));
         assert!(Arc::ptr_eq(&fleet, &other_fleet));
