@@ -31,7 +31,7 @@
 //! | `idleThreshold` | a worker idle for less is busy (`300`, `5m`, `90s`) | `5m` |
 //! | `targetValue` | the HPA's target: busy workers per replica | `1` |
 //! | `maxSweepAge` | answers come from a sweep at most this old; a stream sweeps this often (at most every 250 ms) | `5s` |
-//! | `sweepTimeout` | one deadline for a whole sweep | `5s` |
+//! | `sweepTimeout` | one deadline for a whole sweep, listing the members included | `5s` |
 //! | `unreachableAs` | how a worker that cannot be reached counts: `busy` or `idle` | `busy` |
 //! | `idleUnavailableAs` | how a worker that predates the `idle` RPC counts: `busy` or `idle` | `busy` |
 //! | `tlsCaCert`, `tlsClientCert`, `tlsClientKey` | PEM files (paths in the scaler's container) to reach the workers over TLS, mutual with the client pair; read again when they change | plaintext |
