@@ -7,13 +7,12 @@
 //! `--listen`; each ScaledObject's `scalerMetadata` says which workers and how to count them
 //! (see `wool::scaler`). Prints its address as the first stdout line (flushed at once).
 //! SIGTERM or SIGINT stops it cleanly: health turns NOT_SERVING, open streams end, calls in
-//! progress finish, and it exits 0. With TLS, the files are read again on SIGHUP and whenever
+//! progress finish (for at most 10 s; a second signal exits at once), and it exits 0. With TLS, the files are read again on SIGHUP and whenever
 //! they change.
 
 #[path = "common/cli.rs"]
 mod cli;
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -68,13 +67,7 @@ fn main() -> ExitCode {
 async fn run(args: Args) -> Result<(), String> {
     // Signals are taken before the address is printed: a supervisor may signal as soon as it
     // has read it.
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut terminate =
-        signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
-    let mut interrupt =
-        signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
-    let mut hangup =
-        signal(SignalKind::hangup()).map_err(|e| format!("cannot handle SIGHUP: {e}"))?;
+    let mut signals = cli::Signals::take()?;
     let mut builder = Scaler::builder().listen(args.listen.clone());
     if let Some(files) = args.tls.files()? {
         builder = builder.credentials_from_files(files);
@@ -86,30 +79,29 @@ async fn run(args: Args) -> Result<(), String> {
         builder = builder.metrics_listen(metrics.clone());
     }
     let scaler = builder.serve().await.map_err(|e| e.to_string())?;
-    {
-        let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "{}", scaler.address())
-            .and_then(|()| stdout.flush())
-            .map_err(|e| e.to_string())?;
-    }
+    cli::print_address(scaler.address())?;
     loop {
         tokio::select! {
             result = scaler.wait() => return result.map_err(|e| e.to_string()),
-            _ = terminate.recv() => break,
-            _ = interrupt.recv() => break,
-            _ = hangup.recv() => {
-                cli::reload_on_sighup("scaler", scaler.serves_tls(), || scaler.reload_credentials())
-            }
+            signal = signals.next() => match signal {
+                cli::Signal::Stop => break,
+                cli::Signal::Hangup => {
+                    cli::reload_on_sighup("scaler", scaler.serves_tls(), || scaler.reload_credentials())
+                }
+            },
         }
     }
     tracing::info!("signal received: stopping (streams end, calls in progress finish)");
     scaler.shutdown();
-    match tokio::time::timeout(SHUTDOWN_LIMIT, scaler.wait()).await {
-        Ok(result) => result.map_err(|e| e.to_string())?,
-        Err(_) => tracing::warn!(
-            limit_s = SHUTDOWN_LIMIT.as_secs(),
-            "calls still open after the limit: exiting anyway"
-        ),
+    tokio::select! {
+        waited = tokio::time::timeout(SHUTDOWN_LIMIT, scaler.wait()) => match waited {
+            Ok(result) => result.map_err(|e| e.to_string())?,
+            Err(_) => tracing::warn!(
+                limit_s = SHUTDOWN_LIMIT.as_secs(),
+                "calls still open after the limit: exiting anyway"
+            ),
+        },
+        () = signals.next_stop() => tracing::warn!("second signal: exiting without waiting"),
     }
     tracing::info!("stopped");
     Ok(())

@@ -19,7 +19,6 @@
 #[path = "common/cli.rs"]
 mod cli;
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -104,13 +103,7 @@ fn main() -> ExitCode {
 async fn run(args: Args) -> Result<(), String> {
     // Listen for SIGTERM/SIGINT before the address is printed: a supervisor may signal as soon
     // as it has read the address, and the default action would kill the worker ungracefully.
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut terminate =
-        signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
-    let mut interrupt =
-        signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
-    let mut hangup =
-        signal(SignalKind::hangup()).map_err(|e| format!("cannot handle SIGHUP: {e}"))?;
+    let mut signals = cli::Signals::take()?;
     let keepalive_interval =
         (args.keepalive_interval > 0.0).then(|| Duration::from_secs_f64(args.keepalive_interval));
     let mut builder = Worker::builder()
@@ -130,21 +123,17 @@ async fn run(args: Args) -> Result<(), String> {
         builder = builder.metrics_listen(metrics.clone());
     }
     let worker = builder.serve().await.map_err(|e| e.to_string())?;
-    {
-        let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "{}", worker.address())
-            .and_then(|()| stdout.flush())
-            .map_err(|e| e.to_string())?;
-    }
+    cli::print_address(worker.address())?;
 
     loop {
         tokio::select! {
             result = worker.wait() => return result.map_err(|e| e.to_string()),
-            _ = terminate.recv() => break,
-            _ = interrupt.recv() => break,
-            _ = hangup.recv() => {
-                cli::reload_on_sighup("worker", worker.serves_tls(), || worker.reload_credentials())
-            }
+            signal = signals.next() => match signal {
+                cli::Signal::Stop => break,
+                cli::Signal::Hangup => {
+                    cli::reload_on_sighup("worker", worker.serves_tls(), || worker.reload_credentials())
+                }
+            },
         }
     }
     tracing::info!(
@@ -154,7 +143,7 @@ async fn run(args: Args) -> Result<(), String> {
     tokio::pin!(graceful);
     tokio::select! {
         () = &mut graceful => {}
-        _ = async { tokio::select! { _ = terminate.recv() => {}, _ = interrupt.recv() => {} } } => {
+        () = signals.next_stop() => {
             eprintln!("wool-worker: second signal: cancelling in-flight tasks");
             worker.stop(Grace::None).await;
         }

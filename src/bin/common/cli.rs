@@ -118,3 +118,63 @@ pub fn reload_on_sighup<E>(
         Err(_) => tracing::info!("SIGHUP: the new material was refused (see the warning)"),
     }
 }
+
+/// What a signal asks of a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// SIGTERM or SIGINT: stop.
+    Stop,
+    /// SIGHUP: read the TLS files again.
+    Hangup,
+}
+
+/// The signals a server handles, taken before it prints its address: a supervisor may signal
+/// as soon as it has read it, and the default action would kill the server ungracefully.
+pub struct Signals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Starts handling SIGTERM, SIGINT and SIGHUP.
+    ///
+    /// Errors: a handler cannot be installed.
+    pub fn take() -> Result<Self, String> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let handle = |kind: SignalKind, name: &str| {
+            signal(kind).map_err(|e| format!("cannot handle {name}: {e}"))
+        };
+        Ok(Self {
+            terminate: handle(SignalKind::terminate(), "SIGTERM")?,
+            interrupt: handle(SignalKind::interrupt(), "SIGINT")?,
+            hangup: handle(SignalKind::hangup(), "SIGHUP")?,
+        })
+    }
+
+    /// The next signal.
+    pub async fn next(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.terminate.recv() => Signal::Stop,
+            _ = self.interrupt.recv() => Signal::Stop,
+            _ = self.hangup.recv() => Signal::Hangup,
+        }
+    }
+
+    /// The next SIGTERM or SIGINT (a SIGHUP meanwhile is ignored).
+    pub async fn next_stop(&mut self) {
+        while self.next().await != Signal::Stop {}
+    }
+}
+
+/// Prints the server's dialable address as the first stdout line, flushed at once (supervisors
+/// and tests read it).
+///
+/// Errors: stdout cannot be written.
+pub fn print_address(address: impl std::fmt::Display) -> Result<(), String> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{address}")
+        .and_then(|()| stdout.flush())
+        .map_err(|e| e.to_string())
+}
