@@ -46,8 +46,35 @@ pub(crate) fn provider() -> Arc<CryptoProvider> {
 
 /// Reads a PEM file whole; the message names the file.
 pub(crate) fn read_pem_file(path: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let fail = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+    // Non-blocking open: a FIFO (or a device) named as a PEM file must not hang the caller; it
+    // is then refused as not a regular file.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(fail)?;
+    if !file.metadata().map_err(fail)?.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    let mut pem = Vec::new();
+    file.take(MAX_PEM_FILE_BYTES + 1)
+        .read_to_end(&mut pem)
+        .map_err(fail)?;
+    if pem.len() as u64 > MAX_PEM_FILE_BYTES {
+        return Err(format!(
+            "{} is larger than {} MiB: not a PEM file of certificates or a key",
+            path.display(),
+            MAX_PEM_FILE_BYTES >> 20
+        ));
+    }
+    Ok(pem)
 }
+
+/// The largest PEM file read (16 MiB: a system's whole CA bundle is well under 1 MiB).
+const MAX_PEM_FILE_BYTES: u64 = 16 << 20;
 
 /// What a file looks like from outside (device, inode, size, modification and change times),
 /// to tell cheaply whether it may have changed since it was last read. A rename over it (as
@@ -71,5 +98,32 @@ impl FileStamp {
                 m.ctime_nsec(),
             )
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pem_files_that_are_no_regular_files_or_huge_are_refused_at_once() {
+        let error = read_pem_file(Path::new("/dev/zero")).unwrap_err();
+        assert!(error.contains("not a regular file"), "{error}");
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        let error = read_pem_file(&fifo).unwrap_err();
+        assert!(error.contains("not a regular file"), "{error}");
+        let huge = dir.path().join("huge.pem");
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(MAX_PEM_FILE_BYTES + 1)
+            .unwrap();
+        let error = read_pem_file(&huge).unwrap_err();
+        assert!(error.contains("larger than 16 MiB"), "{error}");
+        let missing = read_pem_file(&dir.path().join("none.pem")).unwrap_err();
+        assert!(missing.contains("none.pem"), "{missing}");
     }
 }
