@@ -158,6 +158,24 @@ impl Drop for ActiveStream {
     }
 }
 
+/// `wool_scaler_workers` of ScaledObject `default/name` in `state`, from a scrape (whatever its
+/// `fleet` label).
+fn workers_in(metrics: &std::collections::HashMap<String, f64>, name: &str, state: &str) -> f64 {
+    let prefix = format!("wool_scaler_workers{{scaledobject=\"default/{name}\",fleet=");
+    let suffix = format!(",state=\"{state}\"}}");
+    let found: Vec<f64> = metrics
+        .iter()
+        .filter(|(key, _)| key.starts_with(&prefix) && key.ends_with(&suffix))
+        .map(|(_, value)| *value)
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "no single series for {name} {state}: {metrics:?}"
+    );
+    found[0]
+}
+
 /// The pinned KEDA client (built once per test process).
 fn keda_client(mode: &str, address: &str, name: &str, meta: &[(&str, &str)]) -> Command {
     static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
@@ -287,10 +305,7 @@ fn our_workers_go_active_under_load_and_inactive_once_drained() {
     assert_eq!(scaler.busy("ours", &meta), (0.0, false));
 
     let metrics = common::scrape(&scaler.metrics);
-    assert_eq!(
-        metrics[r#"wool_scaler_workers{scaledobject="default/ours",state="idle"}"#],
-        3.0
-    );
+    assert_eq!(workers_in(&metrics, "ours", "idle"), 3.0);
     assert!(metrics[r#"wool_scaler_calls_total{rpc="GetMetrics",answer="swept"}"#] >= 1.0);
     drop(stream);
 }
@@ -318,10 +333,7 @@ fn a_vanished_or_legacy_worker_counts_as_the_metadata_says() {
     assert_eq!(scaler.busy("default-rule", &by_default), (1.0, true));
     common::expect_log_line(&scaler.log, "worker unreachable", Duration::from_secs(5));
     let metrics = common::scrape(&scaler.metrics);
-    assert_eq!(
-        metrics[r#"wool_scaler_workers{scaledobject="default/default-rule",state="unreachable"}"#],
-        1.0
-    );
+    assert_eq!(workers_in(&metrics, "default-rule", "unreachable"), 1.0);
     let as_idle = [
         ("targets", targets.as_str()),
         ("idleThreshold", "0"),
@@ -340,10 +352,7 @@ fn a_vanished_or_legacy_worker_counts_as_the_metadata_says() {
     ];
     assert_eq!(scaler.busy("legacy-idle", &legacy_idle), (0.0, false));
     let metrics = common::scrape(&scaler.metrics);
-    assert_eq!(
-        metrics[r#"wool_scaler_workers{scaledobject="default/legacy",state="idle_unavailable"}"#],
-        1.0
-    );
+    assert_eq!(workers_in(&metrics, "legacy", "idle_unavailable"), 1.0);
     legacy_task.abort();
 }
 
@@ -377,10 +386,7 @@ fn a_wool_pool_by_namespace_goes_active_under_load_and_inactive_once_drained() {
     );
     assert_eq!(scaler.busy("pool", &meta), (0.0, false));
     let metrics = common::scrape(&scaler.metrics);
-    assert_eq!(
-        metrics[r#"wool_scaler_workers{scaledobject="default/pool",state="idle"}"#],
-        3.0
-    );
+    assert_eq!(workers_in(&metrics, "pool", "idle"), 3.0);
 }
 
 /// Given a worker listening on every address of a dual-stack host, when the metadata names
@@ -405,10 +411,7 @@ fn a_dns_name_and_port_name_the_workers() {
         scaler.busy_until("dns", &meta, (2.0, true), Duration::from_secs(5));
         common::scrape(&scaler.metrics)
     };
-    assert_eq!(
-        metrics[r#"wool_scaler_workers{scaledobject="default/dns",state="busy"}"#],
-        2.0
-    );
+    assert_eq!(workers_in(&metrics, "dns", "busy"), 2.0);
     task.abort();
 }
 
@@ -426,16 +429,16 @@ fn tls_material_by_path_reaches_a_mutual_tls_worker() {
     let tls = [
         ("targets", worker.address.as_str()),
         ("idleThreshold", "0"),
-        ("tlsCaCert", ca.as_str()),
-        ("tlsClientCert", cert.as_str()),
-        ("tlsClientKey", key.as_str()),
+        ("workerTlsCa", ca.as_str()),
+        ("workerTlsCert", cert.as_str()),
+        ("workerTlsKey", key.as_str()),
     ];
     assert_eq!(scaler.busy("tls", &tls), (0.0, false));
     let plain = [("targets", worker.address.as_str()), ("idleThreshold", "0")];
     assert_eq!(scaler.busy("plain", &plain), (1.0, true));
     let missing = [
         ("targets", worker.address.as_str()),
-        ("tlsCaCert", "/nonexistent/ca.pem"),
+        ("workerTlsCa", "/nonexistent/ca.pem"),
     ];
     let answer = scaler.poll("missing", &missing);
     assert_eq!(answer["error"]["code"], "InvalidArgument", "{answer}");
@@ -581,4 +584,115 @@ fn the_scaler_serves_mutual_tls_to_keda_with_a_plaintext_health_port() {
         status,
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32
     );
+}
+
+/// Given two ScaledObjects' streams asking for fresh sweeps (`maxSweepAge: 0`) of one worker,
+/// then they share their sweeps (the worker sees a handful of polls a second, not one per
+/// stream turn); and given a frozen worker, twenty concurrent calls with `maxSweepAge: 0` share
+/// one sweep bounded by `sweepTimeout` instead of queueing one sweep each behind it. A
+/// certificate path naming a FIFO or `/dev/zero` is refused at once and the scaler keeps
+/// answering.
+#[test]
+fn calls_and_streams_share_sweeps_and_hostile_paths_are_refused() {
+    use wool::protocol::externalscaler::external_scaler_client::ExternalScalerClient;
+    use wool::protocol::externalscaler::{GetMetricsRequest, ScaledObjectRef};
+
+    let worker_metrics = common::unused_local_address();
+    let worker = WorkerProcess::spawn(&["--metrics-listen".into(), worker_metrics.clone()]);
+    let polls = || common::scrape(&worker_metrics)["wool_worker_idle_polls_total"];
+    let scaler = ScalerProcess::start();
+    let meta = [("targets", worker.address.as_str()), ("maxSweepAge", "0")];
+    let streams = [scaler.stream("a", &meta), scaler.stream("b", &meta)];
+    for stream in &streams {
+        let _ = stream.next(Duration::from_secs(10));
+    }
+    let counting = Instant::now();
+    let at_start = polls();
+    std::thread::sleep(Duration::from_secs(2));
+    let during = polls() - at_start;
+    let seconds = counting.elapsed().as_secs_f64();
+    drop(streams);
+    eprintln!("two streams, maxSweepAge 0: {during} polls in {seconds:.1} s");
+    // One sweep per 250 ms turn, shared: 8 in 2 s (a few more for the scrapes' timing).
+    assert!(
+        during <= 4.0 * seconds + 4.0,
+        "{during} polls in {seconds:.1} s"
+    );
+
+    let frozen = WorkerProcess::plaintext();
+    frozen.freeze();
+    let targets = format!("{},{}", worker.address, frozen.address);
+    let sweeps_ok = |metrics: &std::collections::HashMap<String, f64>| {
+        metrics
+            .get(r#"wool_scaler_sweeps_total{outcome="ok"}"#)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let sweeps_before = sweeps_ok(&common::scrape(&scaler.metrics));
+    let address = format!("http://{}", scaler.address);
+    let answers = common::runtime().block_on(async {
+        let channel = tonic::transport::Channel::from_shared(address)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let calls = (0..20).map(|_| {
+            let mut client = ExternalScalerClient::new(channel.clone());
+            let reference = ScaledObjectRef {
+                name: "frozen".into(),
+                namespace: "default".into(),
+                scaler_metadata: [
+                    ("targets", targets.as_str()),
+                    ("maxSweepAge", "0"),
+                    ("sweepTimeout", "1s"),
+                    ("idleThreshold", "0"),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            };
+            async move {
+                let started = Instant::now();
+                let answer = client
+                    .get_metrics(GetMetricsRequest {
+                        scaled_object_ref: Some(reference),
+                        metric_name: wool::scaler::METRIC_NAME.into(),
+                    })
+                    .await
+                    .map(|a| a.into_inner().metric_values[0].metric_value_float);
+                (answer, started.elapsed())
+            }
+        });
+        futures_util::future::join_all(calls).await
+    });
+    frozen.thaw();
+    let slowest = answers.iter().map(|(_, took)| *took).max().unwrap();
+    for (answer, _) in &answers {
+        // The idle worker counts 0, the frozen one (unreachable) 1.
+        assert_eq!(answer.as_ref().unwrap(), &1.0, "{answers:?}");
+    }
+    let sweeps = sweeps_ok(&common::scrape(&scaler.metrics)) - sweeps_before;
+    eprintln!("20 concurrent calls, a frozen worker: {sweeps} sweeps, slowest call {slowest:?}");
+    assert!(sweeps <= 2.0, "{sweeps} sweeps for 20 concurrent calls");
+    // One shared sweep of at most 1 s, not twenty in a row.
+    assert!(
+        slowest < Duration::from_secs(5),
+        "calls queued: slowest {slowest:?}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("ca.pem");
+    let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    let fifo = fifo.display().to_string();
+    for path in [fifo.as_str(), "/dev/zero"] {
+        let hostile = [("targets", worker.address.as_str()), ("workerTlsCa", path)];
+        let answer = scaler.poll("hostile", &hostile);
+        assert_eq!(answer["error"]["code"], "InvalidArgument", "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains("not a regular file"), "{message}");
+    }
+    let plain = [("targets", worker.address.as_str()), ("idleThreshold", "0")];
+    assert_eq!(scaler.busy("after", &plain), (0.0, false));
 }

@@ -72,11 +72,6 @@ impl Census {
             + counted(count.idle_unavailable, spec.idle_unavailable_as);
         count
     }
-
-    /// How old the census is.
-    pub(crate) fn age(&self) -> Duration {
-        self.at.elapsed()
-    }
 }
 
 /// Whether an answer came from a sweep made for it or from the cached one.
@@ -114,6 +109,8 @@ struct Connected {
 struct Members {
     connections: HashMap<String, Connected>,
     unreachable: HashSet<String>,
+    /// Whether the last listing found nobody (to log the change to none once).
+    listed_none: bool,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -175,18 +172,26 @@ impl Fleet {
         self.latest.subscribe()
     }
 
-    /// A census no older than `spec.max_sweep_age`: the cached one, or a new sweep (waiting for
-    /// one already running, then using it when it is fresh enough).
+    /// A census that finished at most `max_age` before this call arrived: the cached one, or
+    /// a new sweep. A call that finds a sweep running waits for it and takes its result when
+    /// that is fresh enough by the same rule (with `max_age` 0: any sweep that finished after
+    /// the call arrived), so concurrent calls share one sweep.
     ///
     /// Errors: the members could not be listed ([`ErrorKind::Transient`]: DNS or discovery
-    /// failing); a failed poll is in the census, never here.
-    pub(crate) async fn census(&self, spec: &FleetSpec) -> Result<(Arc<Census>, Freshness), Error> {
-        *self.last_used.lock().expect("not poisoned") = Instant::now();
+    /// failing, or the sweep's deadline passing first); a failed poll is in the census, never
+    /// here.
+    pub(crate) async fn census(
+        &self,
+        spec: &FleetSpec,
+        max_age: Duration,
+    ) -> Result<(Arc<Census>, Freshness), Error> {
+        let arrived = Instant::now();
+        *self.last_used.lock().expect("not poisoned") = arrived;
         let fresh = || {
             self.latest
                 .borrow()
                 .as_ref()
-                .filter(|census| census.age() <= spec.max_sweep_age)
+                .filter(|census| census.at + max_age >= arrived)
                 .cloned()
         };
         if let Some(census) = fresh() {
@@ -199,6 +204,11 @@ impl Fleet {
         let census = Arc::new(self.sweep(&mut members, spec).await?);
         self.latest.send_replace(Some(Arc::clone(&census)));
         Ok((census, Freshness::Swept))
+    }
+
+    /// The latest census, if any (for a stream woken by another call's sweep).
+    pub(crate) fn latest(&self) -> Option<Arc<Census>> {
+        self.latest.borrow().clone()
     }
 
     /// Whether no call has asked about this fleet for a long while.
@@ -222,6 +232,12 @@ impl Fleet {
             .sweep_timeout
             .saturating_sub(started.elapsed())
             .max(Duration::from_millis(1));
+        if listed.is_empty() && !members.listed_none {
+            // A misspelt name or namespace reads like a fleet scaled to zero: say which.
+            tracing::warn!(source = %self.key.source,
+                "the listing found no workers: the metric is 0 and the fleet inactive");
+        }
+        members.listed_none = listed.is_empty();
         let mut connections = HashMap::with_capacity(listed.len());
         for member in listed {
             let entry = match members.connections.remove(&member.key) {
@@ -362,7 +378,7 @@ type Connect = Box<dyn FnOnce(&Fleet) -> Result<WorkerConnection, Error> + Send>
 
 impl Member {
     /// A listed or resolved target; over TLS (when the fleet has credentials) verified against
-    /// the metadata's `tlsServerName`, else `default_identity` (the DNS name), else the host.
+    /// the metadata's `workerTlsServerName`, else `default_identity` (the DNS name), else the host.
     fn target(address: String, default_identity: Option<String>) -> Self {
         let target = address.clone();
         Member {
@@ -387,6 +403,14 @@ fn transient(message: String) -> Error {
 
 /// Most metadata maps whose reading is kept (see [`Fleets::for_metadata`]).
 const MAX_READINGS: usize = 1024;
+
+/// The largest metadata map whose reading is kept (keys and values together): larger ones
+/// (a list of thousands of targets) are read again at each call rather than held.
+const MAX_KEPT_METADATA_BYTES: usize = 64 * 1024;
+
+/// Most fleets kept at once; past it the least recently asked about, unless a stream holds it,
+/// makes way.
+const MAX_FLEETS: usize = 1024;
 
 /// The fleets the scaler is answering for, by [`FleetKey`], and the readings of the metadata
 /// maps calls came with, by the map's hash.
@@ -415,59 +439,91 @@ fn metadata_hash(metadata: &HashMap<String, String>) -> u64 {
 }
 
 impl Fleets {
-    /// What `metadata` reads as ([`FleetSpec::from_metadata`]) and its fleet ([`get`](Self::get)).
-    /// The reading is kept, so that KEDA's repeated calls with the same map (a list of 1,000
-    /// targets, say) cost a hash and a comparison rather than a parse.
+    /// The kept reading of `metadata` and its fleet, when there is one: a hash and a comparison,
+    /// no parse and no I/O (KEDA repeats the same map at every poll).
+    pub(crate) fn kept(
+        &self,
+        metadata: &HashMap<String, String>,
+    ) -> Option<(Arc<FleetSpec>, Arc<Fleet>)> {
+        let hash = metadata_hash(metadata);
+        let readings = self.readings.lock().expect("not poisoned");
+        let reading = readings.get(&hash).filter(|r| r.metadata == *metadata)?;
+        let fleet = reading.fleet.upgrade()?;
+        Some((Arc::clone(&reading.spec), fleet))
+    }
+
+    /// What `metadata` reads as ([`FleetSpec::from_metadata`]) and its fleet ([`get`](Self::get)),
+    /// the reading kept for [`kept`](Self::kept) when the map is not large. May read TLS files:
+    /// call it off the runtime's threads.
     ///
     /// Errors: as [`FleetSpec::from_metadata`] and [`get`](Self::get); nothing is kept then.
     pub(crate) fn for_metadata(
         &self,
         metadata: &HashMap<String, String>,
     ) -> Result<(Arc<FleetSpec>, Arc<Fleet>), Error> {
-        let hash = metadata_hash(metadata);
-        {
-            let readings = self.readings.lock().expect("not poisoned");
-            if let Some(reading) = readings.get(&hash).filter(|r| r.metadata == *metadata) {
-                if let Some(fleet) = reading.fleet.upgrade() {
-                    return Ok((Arc::clone(&reading.spec), fleet));
-                }
-            }
+        if let Some(kept) = self.kept(metadata) {
+            return Ok(kept);
         }
         let spec = Arc::new(FleetSpec::from_metadata(metadata)?);
         let fleet = self.get(&spec)?;
-        let mut readings = self.readings.lock().expect("not poisoned");
-        if readings.len() >= MAX_READINGS {
-            readings.retain(|_, reading| reading.fleet.strong_count() > 0);
+        let size: usize = metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if size <= MAX_KEPT_METADATA_BYTES {
+            let mut readings = self.readings.lock().expect("not poisoned");
             if readings.len() >= MAX_READINGS {
-                readings.clear();
+                readings.retain(|_, reading| reading.fleet.strong_count() > 0);
+                if readings.len() >= MAX_READINGS {
+                    readings.clear();
+                }
             }
+            readings.insert(
+                metadata_hash(metadata),
+                Reading {
+                    metadata: metadata.clone(),
+                    spec: Arc::clone(&spec),
+                    fleet: Arc::downgrade(&fleet),
+                },
+            );
         }
-        readings.insert(
-            hash,
-            Reading {
-                metadata: metadata.clone(),
-                spec: Arc::clone(&spec),
-                fleet: Arc::downgrade(&fleet),
-            },
-        );
         Ok((spec, fleet))
     }
 
-    /// The fleet `spec` names, made on first use; fleets no call asked about for
-    /// [`UNUSED_FLEET_TTL`] and no stream holds are dropped here.
+    /// The fleet `spec` names, made on first use (reading its TLS files, with no lock held).
+    /// Fleets no call asked about for [`UNUSED_FLEET_TTL`] and no stream holds are dropped
+    /// when a new one is made; past [`MAX_FLEETS`], the least recently asked about that no
+    /// stream holds.
     ///
-    /// Errors: as [`Fleet::new`] (a fleet that cannot be made is not kept).
+    /// Errors: as [`Fleet::new`] (a fleet that cannot be made is not kept);
+    /// [`ErrorKind::Transient`] when [`MAX_FLEETS`] fleets are all held by streams.
     pub(crate) fn get(&self, spec: &FleetSpec) -> Result<Arc<Fleet>, Error> {
         let key = spec.fleet_key();
-        let mut fleets = self.fleets.lock().expect("not poisoned");
-        fleets.retain(|_, fleet| Arc::strong_count(fleet) > 1 || !fleet.unused());
-        if let Some(fleet) = fleets.get(&key) {
+        if let Some(fleet) = self.fleets.lock().expect("not poisoned").get(&key) {
             return Ok(Arc::clone(fleet));
         }
-        let fleet = Arc::new(Fleet::new(spec)?);
-        tracing::info!(source = %fleet.source(), "watching a new fleet");
-        fleets.insert(key, Arc::clone(&fleet));
-        Ok(fleet)
+        let made = Arc::new(Fleet::new(spec)?);
+        let mut fleets = self.fleets.lock().expect("not poisoned");
+        if let Some(fleet) = fleets.get(&key) {
+            return Ok(Arc::clone(fleet)); // made meanwhile by another call
+        }
+        let held = |fleet: &Arc<Fleet>| Arc::strong_count(fleet) > 1;
+        fleets.retain(|_, fleet| held(fleet) || !fleet.unused());
+        while fleets.len() >= MAX_FLEETS {
+            let oldest = fleets
+                .iter()
+                .filter(|(_, fleet)| !held(fleet))
+                .min_by_key(|(_, fleet)| *fleet.last_used.lock().expect("not poisoned"))
+                .map(|(key, _)| key.clone());
+            match oldest {
+                Some(key) => fleets.remove(&key),
+                None => {
+                    return Err(transient(format!(
+                        "the scaler already watches {MAX_FLEETS} fleets, each held by a stream"
+                    )))
+                }
+            };
+        }
+        tracing::info!(source = %made.source(), "watching a new fleet");
+        fleets.insert(key, Arc::clone(&made));
+        Ok(made)
     }
 }
 
@@ -559,10 +615,27 @@ mod tests {
         let (other_spec, other_fleet) = fleets.for_metadata(&other).unwrap();
         assert_eq!(other_spec.idle_threshold, Duration::from_secs(120));
         assert!(Arc::ptr_eq(&fleet, &other_fleet));
+        // Another sweep deadline: another fleet (a sweep under one deadline is no answer for
+        // a ScaledObject allowing another).
+        let other_deadline = map(&[
+            ("targets", "127.0.0.1:1,127.0.0.1:2"),
+            ("sweepTimeout", "1s"),
+        ]);
+        let (_, deadline_fleet) = fleets.for_metadata(&other_deadline).unwrap();
+        assert!(!Arc::ptr_eq(&fleet, &deadline_fleet));
         // A bad map is an error each time, and nothing is kept for it.
         let bad = map(&[("targets", "127.0.0.1:1"), ("idleThreshold", "soon")]);
         assert!(fleets.for_metadata(&bad).is_err());
         assert!(fleets.for_metadata(&bad).is_err());
-        assert_eq!(fleets.readings.lock().unwrap().len(), 2);
+        assert_eq!(fleets.readings.lock().unwrap().len(), 3);
+        // A large map is read each time rather than kept.
+        let many: Vec<String> = (0..5000)
+            .map(|i| format!("127.0.0.1:{}", 1000 + i))
+            .collect();
+        let large = map(&[("targets", &many.join(","))]);
+        let (first_reading, _) = fleets.for_metadata(&large).unwrap();
+        let (second_reading, _) = fleets.for_metadata(&large).unwrap();
+        assert!(!Arc::ptr_eq(&first_reading, &second_reading));
+        assert_eq!(fleets.readings.lock().unwrap().len(), 3);
     }
 }

@@ -8,9 +8,29 @@ use std::time::Duration;
 use crate::connection::Error;
 use crate::fleet::parse_duration;
 
-/// Keys KEDA itself puts in every external trigger's metadata (the scaler's own address and
-/// how KEDA reaches it): accepted and not ours to read.
-const KEDA_KEYS: &[&str] = &["scalerAddress", "enableTLS", "unsafeSsl"];
+/// Keys of KEDA's own about how KEDA reaches the scaler (its address, and its TLS settings,
+/// which KEDA reads from the trigger or, for the certificates, a TriggerAuthentication): passed
+/// through by KEDA with the trigger's metadata, accepted, and not ours to read.
+const KEDA_KEYS: &[&str] = &[
+    "scalerAddress",
+    "enableTLS",
+    "unsafeSsl",
+    "caCert",
+    "tlsClientCert",
+    "tlsClientKey",
+    "tlsCertFile",
+];
+
+/// The most targets a `targets` list may name: a larger fleet is named by a DNS name or a
+/// discovery namespace.
+pub(crate) const MAX_TARGETS: usize = 10_000;
+
+/// The shortest `sweepTimeout`: below it no poll could be answered.
+const MIN_SWEEP_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// `targetValue`'s range: KEDA passes targets to the HPA in thousandths, so a smaller one reads
+/// as 0; a larger one would never scale past one replica.
+const TARGET_VALUE_RANGE: std::ops::RangeInclusive<f64> = 0.001..=1_000_000.0;
 
 /// Every key this scaler reads, for the message about an unknown one.
 const KEYS: &[&str] = &[
@@ -25,10 +45,10 @@ const KEYS: &[&str] = &[
     "sweepTimeout",
     "unreachableAs",
     "idleUnavailableAs",
-    "tlsCaCert",
-    "tlsClientCert",
-    "tlsClientKey",
-    "tlsServerName",
+    "workerTlsCa",
+    "workerTlsCert",
+    "workerTlsKey",
+    "workerTlsServerName",
 ];
 
 /// Where a fleet's workers come from.
@@ -141,6 +161,7 @@ impl FleetSpec {
                 },
             },
             (None, Some(name), None) => {
+                check_dns_name(name)?;
                 let port = get("port")
                     .ok_or_else(|| invalid("dnsName needs a port (the workers' port)"))?;
                 let port = port
@@ -162,6 +183,13 @@ impl FleetSpec {
                     .collect();
                 if targets.is_empty() {
                     return Err(invalid("targets lists no target"));
+                }
+                if targets.len() > MAX_TARGETS {
+                    return Err(invalid(format!(
+                        "targets lists {} targets, more than {MAX_TARGETS}: name a fleet this \
+                         large by dnsName or namespace",
+                        targets.len()
+                    )));
                 }
                 for target in &targets {
                     crate::connection::Target::parse(target)
@@ -188,10 +216,13 @@ impl FleetSpec {
             Some(text) => text
                 .parse::<f64>()
                 .ok()
-                .filter(|v| v.is_finite() && *v > 0.0)
+                .filter(|v| TARGET_VALUE_RANGE.contains(v))
                 .ok_or_else(|| {
                     invalid(format!(
-                        "targetValue must be a positive number of busy workers per replica, got {text:?}"
+                        "targetValue must be a number of busy workers per replica from {} to {}, \
+                         got {text:?}",
+                        TARGET_VALUE_RANGE.start(),
+                        TARGET_VALUE_RANGE.end()
                     ))
                 })?,
         };
@@ -202,47 +233,62 @@ impl FleetSpec {
                 "{key} must be \"busy\" or \"idle\", got {other:?}"
             ))),
         };
-        let tls =
-            match (get("tlsCaCert"), get("tlsClientCert"), get("tlsClientKey")) {
-                (None, None, None) => {
-                    if get("tlsServerName").is_some() {
-                        return Err(invalid("tlsServerName needs tlsCaCert"));
-                    }
-                    None
+        let tls = match (
+            get("workerTlsCa"),
+            get("workerTlsCert"),
+            get("workerTlsKey"),
+        ) {
+            (None, None, None) => {
+                if get("workerTlsServerName").is_some() {
+                    return Err(invalid("workerTlsServerName needs workerTlsCa"));
                 }
-                (None, _, _) => return Err(invalid(
-                    "tlsClientCert and tlsClientKey need tlsCaCert (the CA to verify workers with)",
-                )),
-                (Some(ca), cert, key) => Some(TlsFiles {
+                None
+            }
+            (None, _, _) => return Err(invalid(
+                "workerTlsCert and workerTlsKey need workerTlsCa (the CA to verify workers with)",
+            )),
+            (Some(ca), cert, key) => {
+                Some(TlsFiles {
                     ca: ca.into(),
                     client: match (cert, key) {
                         (Some(cert), Some(key)) => Some((cert.into(), key.into())),
                         (None, None) => None,
                         _ => return Err(invalid(
-                            "give tlsClientCert and tlsClientKey together (mutual TLS), or neither",
+                            "give workerTlsCert and workerTlsKey together (mutual TLS), or neither",
                         )),
                     },
-                    server_name: get("tlsServerName").map(str::to_owned),
-                }),
-            };
+                    server_name: get("workerTlsServerName").map(str::to_owned),
+                })
+            }
+        };
         Ok(Self {
             source,
             idle_threshold: duration("idleThreshold", Duration::from_secs(300))?,
             target_value,
             max_sweep_age: duration("maxSweepAge", Duration::from_secs(5))?,
-            sweep_timeout: positive("sweepTimeout", Duration::from_secs(5))?,
+            sweep_timeout: {
+                let timeout = positive("sweepTimeout", Duration::from_secs(5))?;
+                if timeout < MIN_SWEEP_TIMEOUT {
+                    return Err(invalid(format!(
+                        "sweepTimeout must be at least {} ms",
+                        MIN_SWEEP_TIMEOUT.as_millis()
+                    )));
+                }
+                timeout
+            },
             unreachable_as: count_as("unreachableAs")?,
             idle_unavailable_as: count_as("idleUnavailableAs")?,
             tls,
         })
     }
 
-    /// What identifies the fleet: ScaledObjects whose metadata agree on the workers and on how
-    /// to reach them share one fleet, and so one sweep.
+    /// What identifies the fleet: ScaledObjects whose metadata agree on the workers, on how to
+    /// reach them and on the sweep's deadline share one fleet, and so one sweep.
     pub(crate) fn fleet_key(&self) -> FleetKey {
         FleetKey {
             source: self.source.clone(),
             tls: self.tls.clone(),
+            sweep_timeout: self.sweep_timeout,
         }
     }
 }
@@ -252,6 +298,21 @@ impl FleetSpec {
 pub(crate) struct FleetKey {
     pub(crate) source: Source,
     pub(crate) tls: Option<TlsFiles>,
+    /// Part of the key: a sweep made under one ScaledObject's deadline is no answer for one
+    /// that allows another.
+    pub(crate) sweep_timeout: Duration,
+}
+
+/// A `dnsName` must be a DNS name (the port goes in `port`).
+fn check_dns_name(name: &str) -> Result<(), Error> {
+    if name.contains(':') {
+        return Err(invalid(format!(
+            "dnsName {name:?} is not a DNS name: give the port as port"
+        )));
+    }
+    hickory_resolver::proto::rr::Name::from_utf8(name)
+        .map(drop)
+        .map_err(|e| invalid(format!("dnsName {name:?} is not a DNS name: {e}")))
 }
 
 fn invalid(message: impl Into<String>) -> Error {
@@ -299,10 +360,11 @@ mod tests {
             ("maxSweepAge", "0"),
             ("unreachableAs", "idle"),
             ("idleUnavailableAsFromEnv", "idle"),
-            ("tlsCaCert", "/tls/ca.pem"),
-            ("tlsClientCert", "/tls/tls.crt"),
-            ("tlsClientKey", "/tls/tls.key"),
-            ("tlsServerName", "wool-workers"),
+            ("workerTlsCa", "/tls/ca.pem"),
+            ("workerTlsCert", "/tls/tls.crt"),
+            ("workerTlsKey", "/tls/tls.key"),
+            ("workerTlsServerName", "wool-workers"),
+            ("caCert", "KEDA's, from a TriggerAuthentication: not ours"),
         ])
         .unwrap();
         assert_eq!(
@@ -363,16 +425,37 @@ mod tests {
             (vec![("targets", "h:notaport")], "targets"),
             (vec![("targets", " , ")], "no target"),
             (
-                vec![("targets", "h:1"), ("tlsClientCert", "/c")],
-                "tlsCaCert",
+                vec![("targets", &["h:1"; MAX_TARGETS + 1].join(","))],
+                "more than 10000",
+            ),
+            (
+                vec![("targets", "h:1"), ("workerTlsCert", "/c")],
+                "workerTlsCa",
             ),
             (
                 vec![
                     ("targets", "h:1"),
-                    ("tlsCaCert", "/a"),
-                    ("tlsClientKey", "/k"),
+                    ("workerTlsCa", "/a"),
+                    ("workerTlsKey", "/k"),
                 ],
                 "together",
+            ),
+            (
+                vec![("targets", "h:1"), ("targetValue", "1e-300")],
+                "targetValue",
+            ),
+            (
+                vec![("targets", "h:1"), ("targetValue", "1e300")],
+                "targetValue",
+            ),
+            (
+                vec![("targets", "h:1"), ("sweepTimeout", "1ms")],
+                "at least 100 ms",
+            ),
+            (vec![("dnsName", "w:50051"), ("port", "1")], "give the port"),
+            (
+                vec![("dnsName", "bad name!"), ("port", "1")],
+                "not a DNS name",
             ),
             (vec![("namespace", "a"), ("namespaceFromEnv", "b")], "twice"),
         ] {

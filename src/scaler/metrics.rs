@@ -3,15 +3,20 @@
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
-//! | `wool_scaler_workers` | gauge | `scaledobject`, `state` | the last answer's workers by state: `busy`, `idle`, `unreachable`, `idle_unavailable` |
-//! | `wool_scaler_busy_workers` | gauge | `scaledobject` | the metric last given (busy, plus what the metadata counts as busy) |
-//! | `wool_scaler_active` | gauge | `scaledobject` | the last `IsActive` answer, 1 or 0 |
+//! | `wool_scaler_workers` | gauge | `scaledobject`, `fleet`, `state` | the last answer's workers by state: `busy`, `idle`, `unreachable`, `idle_unavailable` |
+//! | `wool_scaler_busy_workers` | gauge | `scaledobject`, `fleet` | the metric last given (busy, plus what the metadata counts as busy) |
+//! | `wool_scaler_active` | gauge | `scaledobject`, `fleet` | the last `IsActive` answer, 1 or 0 |
 //! | `wool_scaler_calls_total` | counter | `rpc`, `answer` | calls answered: `swept` (a sweep was made for it), `cached`, or `failed` |
 //! | `wool_scaler_sweeps_total` | counter | `outcome` | sweeps made: `ok`, or `failed` (the members could not be listed) |
 //! | `wool_scaler_sweep_duration_seconds` | histogram | | how long each sweep took, listing included |
+//!
+//! `scaledobject` is the ScaledObject's `namespace/name`, `fleet` where its workers come from
+//! (`namespace batch`, `DNS workers.default.svc port 50051`, `3 listed targets`). The series of a
+//! ScaledObject and fleet no call has asked about for 10 minutes are removed.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -34,13 +39,21 @@ pub(crate) enum Answer {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ObjectLabels {
     scaledobject: String,
+    fleet: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct StateLabels {
     scaledobject: String,
+    fleet: String,
     state: &'static str,
 }
+
+/// The states `wool_scaler_workers` counts.
+const STATES: [&str; 4] = ["busy", "idle", "unreachable", "idle_unavailable"];
+
+/// How long a ScaledObject's series stay after the last call for it.
+const STALE_AFTER: Duration = Duration::from_secs(600);
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct CallLabels {
@@ -63,6 +76,16 @@ pub(crate) struct ScalerMetrics {
     calls: Family<CallLabels, Counter>,
     sweeps: Family<SweepLabels, Counter>,
     sweep_seconds: Histogram,
+    /// When each (ScaledObject, fleet) was last recorded, and when stale ones were last removed.
+    seen: Mutex<(HashMap<ObjectLabels, Instant>, Instant)>,
+}
+
+fn state_labels(labels: &ObjectLabels, state: &'static str) -> StateLabels {
+    StateLabels {
+        scaledobject: labels.scaledobject.clone(),
+        fleet: labels.fleet.clone(),
+        state,
+    }
 }
 
 impl ScalerMetrics {
@@ -77,6 +100,7 @@ impl ScalerMetrics {
             sweeps: Family::default(),
             // 1 ms to about 16 s.
             sweep_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+            seen: Mutex::new((HashMap::new(), Instant::now())),
         };
         registry.register(
             "workers",
@@ -114,28 +138,45 @@ impl ScalerMetrics {
         }
     }
 
-    /// Records what the last answer for `scaledobject` counted.
-    pub(crate) fn record(&self, scaledobject: &str, count: &Count) {
-        for (state, n) in [
-            ("busy", count.busy),
-            ("idle", count.idle),
-            ("unreachable", count.unreachable),
-            ("idle_unavailable", count.idle_unavailable),
-        ] {
-            self.workers
-                .get_or_create(&StateLabels {
-                    scaledobject: scaledobject.to_owned(),
-                    state,
-                })
-                .set(n as i64);
-        }
+    /// Records what the last answer for `scaledobject` about `fleet` counted; removes the
+    /// series nothing was recorded for in [`STALE_AFTER`] (looked at once a minute).
+    pub(crate) fn record(&self, scaledobject: &str, fleet: &str, count: &Count) {
         let labels = ObjectLabels {
             scaledobject: scaledobject.to_owned(),
+            fleet: fleet.to_owned(),
         };
+        let counts = [
+            count.busy,
+            count.idle,
+            count.unreachable,
+            count.idle_unavailable,
+        ];
+        for (state, n) in STATES.into_iter().zip(counts) {
+            self.workers
+                .get_or_create(&state_labels(&labels, state))
+                .set(n as i64);
+        }
         self.busy.get_or_create(&labels).set(count.metric as i64);
         self.active
             .get_or_create(&labels)
             .set(i64::from(count.active()));
+        let mut seen = self.seen.lock().expect("not poisoned");
+        let (last, pruned) = &mut *seen;
+        last.insert(labels, Instant::now());
+        if pruned.elapsed() >= Duration::from_secs(60) {
+            *pruned = Instant::now();
+            last.retain(|labels, at| {
+                let keep = at.elapsed() < STALE_AFTER;
+                if !keep {
+                    for state in STATES {
+                        self.workers.remove(&state_labels(labels, state));
+                    }
+                    self.busy.remove(labels);
+                    self.active.remove(labels);
+                }
+                keep
+            });
+        }
     }
 
     pub(crate) fn call(&self, rpc: &'static str, answer: Answer) {

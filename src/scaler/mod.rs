@@ -34,12 +34,13 @@
 //! | `sweepTimeout` | one deadline for a whole sweep, listing the members included | `5s` |
 //! | `unreachableAs` | how a worker that cannot be reached counts: `busy` or `idle` | `busy` |
 //! | `idleUnavailableAs` | how a worker that predates the `idle` RPC counts: `busy` or `idle` | `busy` |
-//! | `tlsCaCert`, `tlsClientCert`, `tlsClientKey` | PEM files (paths in the scaler's container) to reach the workers over TLS, mutual with the client pair; read again when they change | plaintext |
-//! | `tlsServerName` | the name to verify workers' certificates against | the `dnsName`, else each target's host |
+//! | `workerTlsCa`, `workerTlsCert`, `workerTlsKey` | PEM files (paths in the scaler's container) to reach the workers over TLS, mutual with the cert and key; read again when they change | plaintext |
+//! | `workerTlsServerName` | the name to verify workers' certificates against | the `dnsName`, else each target's host |
 //!
 //! Exactly one of `namespace`, `dnsName` and `targets` is given. A key ending in `FromEnv`
 //! counts as the key without it (KEDA resolves its value from the workload's environment);
-//! KEDA's own `scalerAddress`, `enableTLS` and `unsafeSsl` are ignored; any other key is an
+//! KEDA's own keys (`scalerAddress`, `enableTLS`, `unsafeSsl`, `caCert`, `tlsClientCert`,
+//! `tlsClientKey`, `tlsCertFile`: how KEDA reaches the scaler) are ignored; any other key is an
 //! error (`INVALID_ARGUMENT`, naming it), as is a bad value. A fleet that cannot be listed
 //! (DNS failing, say) answers `UNAVAILABLE`; a name with no records is a fleet of none.
 //!

@@ -49,27 +49,43 @@ fn status(error: Error) -> Status {
 }
 
 impl ScalerService {
-    /// The spec and fleet a call names.
-    fn fleet(&self, reference: &ScaledObjectRef) -> Result<(Arc<FleetSpec>, Arc<Fleet>), Status> {
-        self.fleets
-            .for_metadata(&reference.scaler_metadata)
+    /// The spec and fleet a call names: the kept reading of its metadata, else one made off
+    /// the runtime's threads (a new fleet reads its TLS files).
+    async fn fleet(
+        &self,
+        reference: &ScaledObjectRef,
+    ) -> Result<(Arc<FleetSpec>, Arc<Fleet>), Status> {
+        if let Some(kept) = self.fleets.kept(&reference.scaler_metadata) {
+            return Ok(kept);
+        }
+        let fleets = Arc::clone(&self.fleets);
+        let metadata = reference.scaler_metadata.clone();
+        tokio::task::spawn_blocking(move || fleets.for_metadata(&metadata))
+            .await
+            .map_err(|e| Status::internal(format!("reading the metadata failed: {e}")))?
             .map_err(status)
     }
 
     /// The count a call answers from, recorded in the metrics under `rpc`.
     async fn count(&self, reference: &ScaledObjectRef, rpc: &'static str) -> Result<Count, Status> {
         let answer = async {
-            let (spec, fleet) = self.fleet(reference)?;
-            let (census, freshness) = fleet.census(&spec).await.map_err(|error| {
-                self.metrics.sweep_failed();
-                tracing::warn!(source = %fleet.source(), %error, "the fleet cannot be listed");
-                status(error)
-            })?;
+            let (spec, fleet) = self.fleet(reference).await?;
+            let (census, freshness) = fleet.census(&spec, spec.max_sweep_age).await.map_err(
+                |error| {
+                    self.metrics.sweep_failed();
+                    tracing::warn!(source = %fleet.source(), %error, "the fleet cannot be listed");
+                    status(error)
+                },
+            )?;
             if freshness == Freshness::Swept {
                 self.metrics.swept(census.took);
             }
             let count = census.count(&spec);
-            self.metrics.record(&scaled_object(reference), &count);
+            self.metrics.record(
+                &scaled_object(reference),
+                &fleet.source().to_string(),
+                &count,
+            );
             Ok::<_, Status>((count, freshness))
         }
         .await;
@@ -102,16 +118,19 @@ impl ExternalScaler for ScalerService {
 
     type StreamIsActiveStream = IsActiveStream;
 
-    /// Sends whether the fleet is active now, then again each time that changes: the stream
-    /// sweeps every `maxSweepAge` (at least [`MIN_STREAM_PERIOD`] apart) and also looks at every
-    /// sweep other calls make of the same fleet. Ends when the caller goes or the scaler stops.
+    /// Sends whether the fleet is active now, then again each time that changes: every
+    /// `maxSweepAge` (at least [`MIN_STREAM_PERIOD`] apart) the stream asks for a census that
+    /// old at most (streams of one fleet thus share their sweeps), and it also reads every
+    /// census other calls' sweeps publish, without sweeping for it. Ends when the caller goes or
+    /// the scaler stops, a sweep in progress included.
     async fn stream_is_active(
         &self,
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<Self::StreamIsActiveStream>, Status> {
         let reference = request.into_inner();
-        let (spec, fleet) = self.fleet(&reference)?;
+        let (spec, fleet) = self.fleet(&reference).await?;
         let label = scaled_object(&reference);
+        let fleet_label = fleet.source().to_string();
         let metrics = Arc::clone(&self.metrics);
         let shutdown = self.shutdown.clone();
         let (sender, receiver) = tokio::sync::mpsc::channel(1);
@@ -119,15 +138,28 @@ impl ExternalScaler for ScalerService {
         self.streams.spawn(async move {
             let mut sweeps = fleet.subscribe();
             let mut sent: Option<bool> = None;
+            // Each turn: a census (swept when due, else the one another call published), then
+            // an answer if the activity changed, then a wait for the period or a new census.
+            let mut published = false;
             loop {
-                match fleet.census(&spec).await {
-                    Ok((census, freshness)) => {
-                        sweeps.borrow_and_update();
+                let census = if published {
+                    fleet.latest().map(|census| Ok((census, Freshness::Cached)))
+                } else {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = sender.closed() => return,
+                        census = fleet.census(&spec, period) => Some(census),
+                    }
+                };
+                sweeps.borrow_and_update();
+                match census {
+                    None => {}
+                    Some(Ok((census, freshness))) => {
                         if freshness == Freshness::Swept {
                             metrics.swept(census.took);
                         }
                         let count = census.count(&spec);
-                        metrics.record(&label, &count);
+                        metrics.record(&label, &fleet_label, &count);
                         if sent != Some(count.active()) {
                             let response = IsActiveResponse {
                                 result: count.active(),
@@ -139,7 +171,7 @@ impl ExternalScaler for ScalerService {
                             sent = Some(count.active());
                         }
                     }
-                    Err(error) => {
+                    Some(Err(error)) => {
                         metrics.sweep_failed();
                         tracing::warn!(source = %fleet.source(), %error, "the fleet cannot be listed");
                         if sent.is_none() {
@@ -149,12 +181,15 @@ impl ExternalScaler for ScalerService {
                         }
                     }
                 }
-                tokio::select! {
+                published = tokio::select! {
                     () = shutdown.cancelled() => return,
                     () = sender.closed() => return,
-                    () = tokio::time::sleep(period) => {}
-                    changed = sweeps.changed() => if changed.is_err() { return },
-                }
+                    () = tokio::time::sleep(period) => false,
+                    changed = sweeps.changed() => match changed {
+                        Ok(()) => true,
+                        Err(_) => return,
+                    },
+                };
             }
         });
         Ok(Response::new(Box::pin(
@@ -166,7 +201,7 @@ impl ExternalScaler for ScalerService {
         &self,
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<GetMetricSpecResponse>, Status> {
-        let (spec, _) = self.fleet(request.get_ref())?;
+        let (spec, _) = self.fleet(request.get_ref()).await?;
         self.metrics.call("GetMetricSpec", Answer::Cached);
         Ok(Response::new(metric_spec(&spec)))
     }
@@ -204,7 +239,7 @@ impl ExternalScaler for ScalerService {
         &self,
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<Self::StreamMetricSpecStream>, Status> {
-        let (spec, _) = self.fleet(request.get_ref())?;
+        let (spec, _) = self.fleet(request.get_ref()).await?;
         let (sender, receiver) = tokio::sync::mpsc::channel(1);
         let shutdown = self.shutdown.clone();
         self.streams.spawn(async move {
