@@ -20,7 +20,7 @@ use clap::Parser;
 use cli::LogFormat;
 use wool::scaler::Scaler;
 
-/// A KEDA external scaler: the metric is the number of busy Wool workers, active while any is.
+/// A KEDA external scaler: its metric is the number of busy Wool workers; it is active while any worker is busy
 #[derive(Debug, Parser)]
 #[command(name = "wool-scaler", version)]
 struct Args {
