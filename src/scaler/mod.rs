@@ -26,12 +26,12 @@
 //! |---|---|---|
 //! | `namespace` | a Wool discovery namespace (as given to Wool's `LocalDiscovery`/`LanDiscovery`) | — |
 //! | `discovery` | with `namespace`: `local` (this host's registry) or `lan` (DNS-SD: each sweep browses for [`DEFAULT_LISTEN`](crate::fleet::discovery::DEFAULT_LISTEN) first) | `local` |
-//! | `dnsName`, `port` | a DNS name whose A/AAAA records are the workers (a headless Service), and their port | — |
-//! | `targets` | comma-separated worker targets (`host:port`, `unix:/path`) | — |
-//! | `idleThreshold` | a worker idle for less is busy (`300`, `5m`, `90s`) | `5m` |
-//! | `targetValue` | the HPA's target: busy workers per replica | `1` |
-//! | `maxSweepAge` | answers come from a sweep at most this old; a stream sweeps this often (at most every 250 ms) | `5s` |
-//! | `sweepTimeout` | one deadline for a whole sweep, listing the members included | `5s` |
+//! | `dnsName`, `port` | a DNS name whose A/AAAA records are the workers (a headless Service; each address a member), and their port | — |
+//! | `targets` | comma-separated worker targets (`host:port`, `unix:/path`), at most 10,000 | — |
+//! | `idleThreshold` | a worker idle for less is busy, a just-started one included (`300`, `5m`, `90s`) | `5m` |
+//! | `targetValue` | the HPA's target: busy workers per replica, 0.001 to 10⁶ | `1` |
+//! | `maxSweepAge` | answers come from a sweep that finished at most this long before the call arrived (0: any finishing after it); a stream asks this often (at most every 250 ms) | `5s` |
+//! | `sweepTimeout` | one deadline for a whole sweep, listing the members included; at least 100 ms | `5s` |
 //! | `unreachableAs` | how a worker that cannot be reached counts: `busy` or `idle` | `busy` |
 //! | `idleUnavailableAs` | how a worker that predates the `idle` RPC counts: `busy` or `idle` | `busy` |
 //! | `workerTlsCa`, `workerTlsCert`, `workerTlsKey` | PEM files (paths in the scaler's container) to reach the workers over TLS, mutual with the cert and key; read again when they change | plaintext |
