@@ -86,8 +86,8 @@ impl ScalerProcess {
         let answer = self.poll(name, meta);
         let value = &answer["values"][0];
         assert!(answer.get("error").is_none(), "{answer}");
-        let float = value["metricValueFloat"].as_f64().unwrap_or(0.0);
-        let int = value["metricValue"].as_i64().unwrap_or(0);
+        let float = value["metricValueFloat"].as_f64().expect("metricValueFloat");
+        let int = value["metricValue"].as_i64().expect("metricValue");
         assert_eq!(
             float, int as f64,
             "the two metric fields disagree: {answer}"

@@ -125,16 +125,24 @@ func poll(client pb.ExternalScalerClient, ref *pb.ScaledObjectRef, timeout time.
 	if err != nil {
 		fail(err)
 	}
-	out := map[string]any{"specs": spec.MetricSpecs}
-	var values []*pb.MetricValue
+	// Every field printed, zeros included (proto3's JSON would leave a zero out).
+	specs := []map[string]any{}
+	values := []map[string]any{}
 	for _, s := range spec.MetricSpecs {
+		specs = append(specs, map[string]any{
+			"metricName": s.MetricName, "targetSize": s.TargetSize, "targetSizeFloat": s.TargetSizeFloat,
+		})
 		metrics, err := client.GetMetrics(ctx, &pb.GetMetricsRequest{ScaledObjectRef: ref, MetricName: s.MetricName})
 		if err != nil {
 			fail(err)
 		}
-		values = append(values, metrics.MetricValues...)
+		for _, v := range metrics.MetricValues {
+			values = append(values, map[string]any{
+				"metricName": v.MetricName, "metricValue": v.MetricValue, "metricValueFloat": v.MetricValueFloat,
+			})
+		}
 	}
-	out["values"] = values
+	out := map[string]any{"specs": specs, "values": values}
 	active, err := client.IsActive(ctx, ref)
 	if err != nil {
 		fail(err)
