@@ -86,7 +86,9 @@ impl ScalerProcess {
         let answer = self.poll(name, meta);
         let value = &answer["values"][0];
         assert!(answer.get("error").is_none(), "{answer}");
-        let float = value["metricValueFloat"].as_f64().expect("metricValueFloat");
+        let float = value["metricValueFloat"]
+            .as_f64()
+            .expect("metricValueFloat");
         let int = value["metricValue"].as_i64().expect("metricValue");
         assert_eq!(
             float, int as f64,
