@@ -87,6 +87,20 @@ async fn expect(
     error
 }
 
+/// [`expect`] for an `idle` and then a `stop` call: their errors, in that order.
+async fn expect_each(
+    what: &str,
+    conn: &WorkerConnection,
+    kind: ErrorKind,
+    code: Code,
+) -> Vec<wool::Error> {
+    let mut errors = Vec::new();
+    for rpc in [Rpc::Idle, Rpc::Stop] {
+        errors.push(expect(what, conn, rpc, kind, code).await);
+    }
+    errors
+}
+
 fn plaintext(worker: &FakeWorker) -> WorkerConnection {
     WorkerConnection::new(&worker.address).unwrap()
 }
@@ -121,8 +135,7 @@ async fn garbage_instead_of_a_preface_is_an_rpc_error_at_once() {
     ] {
         let worker = hostile::writing_at_once(bytes).await;
         let conn = plaintext(&worker);
-        for rpc in [Rpc::Idle, Rpc::Stop] {
-            let error = expect(what, &conn, rpc, ErrorKind::Rpc, Code::Internal).await;
+        for error in expect_each(what, &conn, ErrorKind::Rpc, Code::Internal).await {
             assert!(error.message().contains("HTTP/2"), "{error}");
             assert!(error.message().contains(&worker.address), "{error}");
         }
@@ -162,8 +175,7 @@ async fn a_valid_settings_then_garbage_frames_is_an_rpc_error_at_once() {
     for (what, bytes) in cases {
         let worker = hostile::writing_at_once(bytes).await;
         let conn = plaintext(&worker);
-        for rpc in [Rpc::Idle, Rpc::Stop] {
-            let error = expect(what, &conn, rpc, ErrorKind::Rpc, Code::Internal).await;
+        for error in expect_each(what, &conn, ErrorKind::Rpc, Code::Internal).await {
             assert!(error.message().contains("HTTP/2"), "{what}: {error}");
         }
     }
@@ -182,15 +194,7 @@ async fn a_message_over_the_receive_limit_is_resource_exhausted_at_its_prefix() 
     for (what, limit) in [("limit 1 MiB", 1 << 20), ("default limit", 100 << 20)] {
         let worker = hostile::announcing_a_huge_message(ANNOUNCED, 8 << 20).await;
         let conn = with_options(&worker, receiving_at_most(limit));
-        for rpc in [Rpc::Idle, Rpc::Stop] {
-            let error = expect(
-                what,
-                &conn,
-                rpc,
-                ErrorKind::Transient,
-                Code::ResourceExhausted,
-            )
-            .await;
+        for error in expect_each(what, &conn, ErrorKind::Transient, Code::ResourceExhausted).await {
             assert!(
                 error.message().contains(&ANNOUNCED.to_string())
                     && error.message().contains(&limit.to_string()),
@@ -256,8 +260,7 @@ async fn an_answer_without_trailers_is_an_rpc_error() {
     })
     .await;
     let conn = plaintext(&worker);
-    for rpc in [Rpc::Idle, Rpc::Stop] {
-        let error = expect("no trailers", &conn, rpc, ErrorKind::Rpc, Code::Unknown).await;
+    for error in expect_each("no trailers", &conn, ErrorKind::Rpc, Code::Unknown).await {
         assert!(error.message().contains("grpc-status"), "{error}");
     }
 }
@@ -330,9 +333,7 @@ async fn goaway_below_the_stream_is_transient() {
     ] {
         let worker = hostile::answering(move |_| hostile::goaway(0, code, b"going away")).await;
         let conn = plaintext(&worker);
-        for rpc in [Rpc::Idle, Rpc::Stop] {
-            expect(what, &conn, rpc, ErrorKind::Transient, Code::Unavailable).await;
-        }
+        expect_each(what, &conn, ErrorKind::Transient, Code::Unavailable).await;
     }
 }
 
@@ -345,16 +346,13 @@ async fn goaway_then_close_without_an_answer_is_transient() {
         hostile::answering_then_closing(|stream| hostile::goaway(stream, hostile::NO_ERROR, b""))
             .await;
     let conn = plaintext(&worker);
-    for rpc in [Rpc::Idle, Rpc::Stop] {
-        expect(
-            "GOAWAY then close",
-            &conn,
-            rpc,
-            ErrorKind::Transient,
-            Code::Unavailable,
-        )
-        .await;
-    }
+    expect_each(
+        "GOAWAY then close",
+        &conn,
+        ErrorKind::Transient,
+        Code::Unavailable,
+    )
+    .await;
 }
 
 // ---- 6. silence --------------------------------------------------------------------------------
@@ -370,15 +368,7 @@ async fn silence_ends_at_the_deadline() {
         ("never speaks", hostile::mute().await),
     ] {
         let conn = plaintext(&worker);
-        for rpc in [Rpc::Idle, Rpc::Stop] {
-            let error = expect(
-                what,
-                &conn,
-                rpc,
-                ErrorKind::Transient,
-                Code::DeadlineExceeded,
-            )
-            .await;
+        for error in expect_each(what, &conn, ErrorKind::Transient, Code::DeadlineExceeded).await {
             assert!(error.message().contains("deadline exceeded"), "{error}");
         }
     }
@@ -419,15 +409,14 @@ async fn a_chain_of_100_certificates_is_a_handshake_failure() {
     println!("100-certificate chain: {bytes} bytes of DER");
     let worker = hostile::tls(hostile::tls_config(chain, key)).await;
     let conn = WorkerConnection::with_credentials(&worker.address, Some(one_way(&ca_pem))).unwrap();
-    for rpc in [Rpc::Idle, Rpc::Stop] {
-        let error = expect(
-            "100-certificate chain",
-            &conn,
-            rpc,
-            ErrorKind::Handshake,
-            Code::Unavailable,
-        )
-        .await;
+    for error in expect_each(
+        "100-certificate chain",
+        &conn,
+        ErrorKind::Handshake,
+        Code::Unavailable,
+    )
+    .await
+    {
         assert!(error.message().contains("certificate"), "{error}");
     }
 }
