@@ -85,6 +85,8 @@ pub(crate) enum Freshness {
 /// same way ([`FleetSpec::fleet_key`]).
 pub(crate) struct Fleet {
     key: FleetKey,
+    /// Where the members come from, as logs and the metrics' `fleet` label say it.
+    label: String,
     credentials: Option<WorkerCredentials>,
     /// For a namespace: its discovery, kept (on this host, so that the registry's segments stay
     /// open between listings).
@@ -152,6 +154,7 @@ impl Fleet {
             _ => None,
         };
         Ok(Self {
+            label: key.source.to_string(),
             key,
             credentials,
             discovery,
@@ -162,9 +165,9 @@ impl Fleet {
         })
     }
 
-    /// Where the fleet's members come from, for logs.
-    pub(crate) fn source(&self) -> &Source {
-        &self.key.source
+    /// Where the fleet's members come from, for logs and the metrics' `fleet` label.
+    pub(crate) fn source(&self) -> &str {
+        &self.label
     }
 
     /// The latest census and each one after it, for streams.
@@ -234,7 +237,7 @@ impl Fleet {
             .max(Duration::from_millis(1));
         if listed.is_empty() && !members.listed_none {
             // A misspelt name or namespace reads like a fleet scaled to zero: say which.
-            tracing::warn!(source = %self.key.source,
+            tracing::warn!(source = %self.label,
                 "the listing found no workers: the metric is 0 and the fleet inactive");
         }
         members.listed_none = listed.is_empty();
@@ -288,10 +291,10 @@ impl Fleet {
                 let idle_unavailable = error.kind() == ErrorKind::IdleUnavailable;
                 if !members.unreachable.contains(address) {
                     if idle_unavailable {
-                        tracing::warn!(source = %self.key.source, worker = %address,
+                        tracing::warn!(source = %self.label, worker = %address,
                             "worker predates the idle RPC: counted as the metadata's idleUnavailableAs says");
                     } else {
-                        tracing::warn!(source = %self.key.source, worker = %address, %error,
+                        tracing::warn!(source = %self.label, worker = %address, %error,
                             "worker unreachable: counted as the metadata's unreachableAs says");
                     }
                 }
@@ -300,7 +303,7 @@ impl Fleet {
         }
         for address in members.unreachable.difference(&now) {
             if polls.iter().any(|(a, _)| a == address) {
-                tracing::info!(source = %self.key.source, worker = %address, "worker answering again");
+                tracing::info!(source = %self.label, worker = %address, "worker answering again");
             }
         }
         members.unreachable = now;

@@ -69,7 +69,7 @@ struct SweepLabels {
 /// The scaler's metrics and their registry.
 #[derive(Debug)]
 pub(crate) struct ScalerMetrics {
-    registry: Mutex<Registry>,
+    registry: Registry,
     workers: Family<StateLabels, Gauge>,
     busy: Family<ObjectLabels, Gauge>,
     active: Family<ObjectLabels, Gauge>,
@@ -92,7 +92,7 @@ impl ScalerMetrics {
     pub(crate) fn new() -> Self {
         let mut registry = Registry::with_prefix("wool_scaler");
         let metrics = Self {
-            registry: Mutex::new(Registry::default()),
+            registry: Registry::default(),
             workers: Family::default(),
             busy: Family::default(),
             active: Family::default(),
@@ -133,7 +133,7 @@ impl ScalerMetrics {
             metrics.sweep_seconds.clone(),
         );
         Self {
-            registry: Mutex::new(registry),
+            registry,
             ..metrics
         }
     }
@@ -204,8 +204,7 @@ impl ScalerMetrics {
     /// The text exposition now.
     pub(crate) fn encode(&self) -> String {
         let mut text = String::new();
-        encode(&mut text, &self.registry.lock().expect("not poisoned"))
-            .expect("writing to a String cannot fail");
+        encode(&mut text, &self.registry).expect("writing to a String cannot fail");
         text
     }
 }

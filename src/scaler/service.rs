@@ -81,11 +81,8 @@ impl ScalerService {
                 self.metrics.swept(census.took);
             }
             let count = census.count(&spec);
-            self.metrics.record(
-                &scaled_object(reference),
-                &fleet.source().to_string(),
-                &count,
-            );
+            self.metrics
+                .record(&scaled_object(reference), fleet.source(), &count);
             Ok::<_, Status>((count, freshness))
         }
         .await;
@@ -130,7 +127,6 @@ impl ExternalScaler for ScalerService {
         let reference = request.into_inner();
         let (spec, fleet) = self.fleet(&reference).await?;
         let label = scaled_object(&reference);
-        let fleet_label = fleet.source().to_string();
         let metrics = Arc::clone(&self.metrics);
         let shutdown = self.shutdown.clone();
         let (sender, receiver) = tokio::sync::mpsc::channel(1);
@@ -159,7 +155,7 @@ impl ExternalScaler for ScalerService {
                             metrics.swept(census.took);
                         }
                         let count = census.count(&spec);
-                        metrics.record(&label, &fleet_label, &count);
+                        metrics.record(&label, fleet.source(), &count);
                         if sent != Some(count.active()) {
                             let response = IsActiveResponse {
                                 result: count.active(),
