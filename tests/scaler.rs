@@ -42,20 +42,8 @@ impl ScalerProcess {
             .stderr(Stdio::piped())
             .spawn()
             .expect("wool-scaler starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let address = line.trim().to_owned();
-        assert!(!address.is_empty(), "wool-scaler printed no address");
-        let (lines, log) = std::sync::mpsc::channel();
-        let stderr = BufReader::new(child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                eprintln!("scaler: {line}");
-                let _ = lines.send(line);
-            }
-        });
+        let address = common::printed_address(&mut child, "wool-scaler");
+        let log = common::log_lines(&mut child, "scaler: ");
         Self {
             child,
             address,

@@ -186,14 +186,7 @@ impl WorkerProcess {
         level: &str,
     ) -> (Self, std::sync::mpsc::Receiver<String>) {
         let mut worker = Self::start(args, level, Stdio::piped());
-        let (lines, log) = std::sync::mpsc::channel();
-        let stderr = BufReader::new(worker.child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                eprintln!("{line}");
-                let _ = lines.send(line);
-            }
-        });
+        let log = log_lines(&mut worker.child, "");
         (worker, log)
     }
 
@@ -207,12 +200,7 @@ impl WorkerProcess {
             .stderr(stderr)
             .spawn()
             .expect("spawn wool-worker");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let address = line.trim().to_string();
-        assert!(!address.is_empty(), "wool-worker printed no address");
+        let address = printed_address(&mut child, "wool-worker");
         Self {
             child,
             address,
@@ -262,6 +250,31 @@ impl Drop for WorkerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The address a server process (`wool-worker`, `wool-scaler`) printed as its first stdout line.
+pub fn printed_address(child: &mut Child, program: &str) -> String {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let address = line.trim().to_string();
+    assert!(!address.is_empty(), "{program} printed no address");
+    address
+}
+
+/// The lines `child` writes to its (piped) stderr, as they come; each also echoed to the test's
+/// stderr after `prefix`.
+pub fn log_lines(child: &mut Child, prefix: &'static str) -> std::sync::mpsc::Receiver<String> {
+    let (lines, log) = std::sync::mpsc::channel();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            eprintln!("{prefix}{line}");
+            let _ = lines.send(line);
+        }
+    });
+    log
 }
 
 /// Waits up to `limit` for a line of `log` containing `want`; the line.
