@@ -68,7 +68,6 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tonic::transport::Server;
 
 pub use service::METRIC_NAME;
@@ -76,9 +75,6 @@ pub use service::METRIC_NAME;
 use crate::protocol::externalscaler::external_scaler_server::ExternalScalerServer;
 use crate::worker::tls::ServerTls;
 use crate::worker::{CredentialReload, ServerCredentialFiles, WorkerError};
-
-/// How long a stop waits for the open streams to end before stopping the server.
-const STREAMS_END_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Errors of starting or running a scaler.
 #[derive(Debug, thiserror::Error)]
@@ -167,14 +163,11 @@ impl ScalerBuilder {
     /// watched, [`ScalerError::Reflection`] if the reflection service cannot be built.
     pub async fn serve(self) -> Result<ScalerHandle, ScalerError> {
         let shutdown = CancellationToken::new();
-        let end_streams = CancellationToken::new();
-        let streams = TaskTracker::new();
         let metrics = Arc::new(metrics::ScalerMetrics::new());
         let service = ExternalScalerServer::new(service::ScalerService {
             fleets: Arc::default(),
             metrics: Arc::clone(&metrics),
-            shutdown: end_streams.clone(),
-            streams: streams.clone(),
+            shutdown: shutdown.clone(),
         });
         let (reporter, health) = tonic_health::server::health_reporter();
         reporter
@@ -237,10 +230,6 @@ impl ScalerBuilder {
             reporter
                 .set_not_serving::<ExternalScalerServer<service::ScalerService>>()
                 .await;
-            // The streams end first, each with its status; then the server stops.
-            end_streams.cancel();
-            streams.close();
-            let _ = tokio::time::timeout(STREAMS_END_LIMIT, streams.wait()).await;
         };
         let incoming = TcpListenerStream::new(listener);
         let server = match &tls {

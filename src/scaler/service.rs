@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use futures_util::Stream;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status};
 
 use super::fleet::{Count, Fleet, Fleets, Freshness};
@@ -25,13 +24,12 @@ pub const METRIC_NAME: &str = "wool-busy-workers";
 /// The shortest time between a stream's sweeps, whatever `maxSweepAge` says.
 const MIN_STREAM_PERIOD: Duration = Duration::from_millis(250);
 
-/// The service: fleets by metadata, the scaler's metrics, and its streams (ended by `shutdown`
-/// before the server stops, so that each ends with its status rather than a closed socket).
+/// The service: fleets by metadata, the scaler's metrics, and the stop its streams end on (each
+/// with its status; the server's graceful stop waits for them).
 pub(crate) struct ScalerService {
     pub(crate) fleets: Arc<Fleets>,
     pub(crate) metrics: Arc<ScalerMetrics>,
     pub(crate) shutdown: CancellationToken,
-    pub(crate) streams: TaskTracker,
 }
 
 /// `namespace/name` of the ScaledObject a call is for, as the metrics label it.
@@ -131,7 +129,7 @@ impl ExternalScaler for ScalerService {
         let shutdown = self.shutdown.clone();
         let (sender, receiver) = tokio::sync::mpsc::channel(1);
         let period = spec.max_sweep_age.max(MIN_STREAM_PERIOD);
-        self.streams.spawn(async move {
+        tokio::spawn(async move {
             let mut sweeps = fleet.subscribe();
             let mut sent: Option<bool> = None;
             // Each turn: a census (swept when due, else the one another call published), then
@@ -238,7 +236,7 @@ impl ExternalScaler for ScalerService {
         let (spec, _) = self.fleet(request.get_ref()).await?;
         let (sender, receiver) = tokio::sync::mpsc::channel(1);
         let shutdown = self.shutdown.clone();
-        self.streams.spawn(async move {
+        tokio::spawn(async move {
             if sender.send(Ok(metric_spec(&spec))).await.is_ok() {
                 tokio::select! {
                     () = shutdown.cancelled() => {}
