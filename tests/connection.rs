@@ -740,3 +740,47 @@ async fn answers_arriving_after_local_timeouts_never_close_the_connection() {
         "the connection was replaced"
     );
 }
+
+/// Given mutual-TLS credentials (from PEM text and from files, reloadable) and connections
+/// made with them, when each is formatted with `{:?}` (as `dbg!`, a `tracing` field or a panic
+/// message would), then no private-key or certificate material appears: neither the PEM text
+/// nor its bytes as a list of numbers.
+#[test]
+fn given_credentials_and_connections_then_debug_output_carries_no_key_material() {
+    let pki = Pki::generate();
+    let fixed = WorkerCredentials::from_pem(
+        pki.ca_pem.as_bytes(),
+        Some(pki.leaf.key_pem.as_bytes()),
+        Some(pki.leaf.cert_pem.as_bytes()),
+        true,
+        None,
+    )
+    .unwrap();
+    let files = WorkerCredentials::from_files_reloadable(
+        &pki.ca_path,
+        Some(&pki.leaf.key_path),
+        Some(&pki.leaf.cert_path),
+        true,
+        None,
+    )
+    .unwrap();
+    let key_body: String = pki.leaf.key_pem.lines().nth(1).unwrap().to_owned();
+    // "-----" as Rust's `Debug` of a byte vector prints it.
+    let pem_as_numbers = "45, 45, 45, 45, 45";
+    for credentials in [fixed, files] {
+        let connection =
+            WorkerConnection::with_credentials("127.0.0.1:1", Some(credentials.clone())).unwrap();
+        for text in [
+            format!("{credentials:?}"),
+            format!("{connection:?}"),
+            format!("{connection:#?}"),
+        ] {
+            assert!(!text.contains(&key_body), "key material in {text}");
+            assert!(
+                !text.contains("PRIVATE KEY") && !text.contains("CERTIFICATE"),
+                "{text}"
+            );
+            assert!(!text.contains(pem_as_numbers), "PEM bytes in {text}");
+        }
+    }
+}

@@ -40,8 +40,9 @@ enum Source {
 }
 
 /// The PEM a TLS connection is made with, compared by content: part of the pool key, so that a
-/// connection whose material changed gets a new channel.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// connection whose material changed gets a new channel. Its `Debug` shows sizes only, never
+/// the PEM: a connection's `{:?}` (and so any `tracing` field or `dbg!` of one) reaches it.
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) struct TlsMaterial {
     ca_pem: Vec<u8>,
     /// (certificate chain, private key) for mutual TLS.
@@ -344,6 +345,15 @@ impl CredentialFiles {
                 "refusing the TLS credentials read from the files; keeping the previous ones"
             ),
         }
+    }
+}
+
+impl std::fmt::Debug for TlsMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsMaterial")
+            .field("ca_pem_bytes", &self.ca_pem.len())
+            .field("mutual", &self.client.is_some())
+            .finish_non_exhaustive()
     }
 }
 

@@ -169,13 +169,21 @@ pub enum CredentialReload {
 }
 
 /// The worker's TLS state: the configuration new connections are handshaken with, the
-/// material it came from, and the files to reload it from (if any).
-#[derive(Debug)]
+/// material it came from, and the files to reload it from (if any). Its `Debug` names the
+/// files, never the key (rustls' configuration would print its certified key).
 pub(crate) struct ServerTls {
     config: ArcSwap<ServerConfig>,
     /// The material in force; locked for the length of a reload.
     material: Mutex<ServerCredentials>,
     files: Option<ServerCredentialFiles>,
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("files", &self.files)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ServerTls {
