@@ -248,6 +248,13 @@ struct Shared {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct StreamingCall;
 
+/// A request extension bounding the call's answer to a message of at most this many bytes
+/// (never more than the channel's `max_receive_message_bytes`): for calls whose answer has a
+/// known small size (`idle`'s one double, `stop`'s empty message), so that an endpoint a sweep
+/// polls cannot make it buffer a large message per call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AnswerLimit(pub(crate) usize);
+
 impl std::fmt::Debug for Http2Channel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Http2Channel")
@@ -360,6 +367,10 @@ impl Http2Channel {
         // A unary call holds its turn until the response head; a streaming one (dispatch) for
         // as long as its stream lives, so a burst of them cannot flood the worker.
         let streaming = request.extensions().get::<StreamingCall>().is_some();
+        let limit = match request.extensions().get::<AnswerLimit>() {
+            Some(AnswerLimit(bound)) => (*bound).min(self.shared.config.max_receive_message_bytes),
+            None => self.shared.config.max_receive_message_bytes,
+        };
         let turns = if streaming {
             &self.shared.streams
         } else {
@@ -389,7 +400,6 @@ impl Http2Channel {
         readable_status(response.headers_mut());
         let encoding = unoffered_encoding(response.headers_mut());
         let stream_turn = streaming.then_some(turn);
-        let limit = self.shared.config.max_receive_message_bytes;
         Ok(response.map(|recv| ResponseBody {
             recv,
             data_done: false,
@@ -425,6 +435,13 @@ impl tower::Service<http::Request<tonic::body::Body>> for Http2Channel {
 /// misbehaves.)
 const DATA_FRAME_BUDGET: usize = 64 * 1024 * 1024;
 
+/// The largest header block (response head or trailers, decoded) accepted from a worker:
+/// 16 KiB, gRPC core's hard metadata limit (`grpc.absolute_max_metadata_size`), which Wool's
+/// own client (grpcio) applies. h2's default is 16 MiB a connection, so a hostile endpoint could
+/// make each connection of a sweep hold that much before it was refused; a larger block now
+/// fails the call at 16 KiB as a protocol failure.
+const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
+
 /// How long a new TLS connection waits for the worker's first bytes (see
 /// [`TlsSocket::read_ahead`]) before HTTP/2 starts anyway. Workers send their SETTINGS at once;
 /// the bound is for one that would wait for the client's preface first.
@@ -447,6 +464,7 @@ async fn dial(
             let mut builder = h2::client::Builder::new();
             builder
                 .initial_max_send_streams(config.max_concurrent_streams)
+                .max_header_list_size(MAX_HEADER_LIST_BYTES)
                 .data_frame_budget(DATA_FRAME_BUDGET);
             builder
         };
@@ -893,7 +911,9 @@ impl Body for ResponseBody {
                                 Cause::Exhausted,
                                 format!(
                                     "the worker at {target} answered with a message of \
-                                     {length} bytes, over max_receive_message_bytes ({limit})"
+                                     {length} bytes, over this call's receive limit ({limit} \
+                                     bytes: max_receive_message_bytes, or less for an answer \
+                                     of known size)"
                                 ),
                             ))));
                         }

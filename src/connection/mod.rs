@@ -312,8 +312,12 @@ impl WorkerConnection {
     pub async fn idle(&self, timeout: Option<Duration>) -> Result<f64, Error> {
         check_timeout(timeout)?;
         let mut client = self.client()?;
-        let answer =
-            with_deadline(Call::Idle, timeout, client.idle(request(Void {}, timeout))).await?;
+        let answer = with_deadline(
+            Call::Idle,
+            timeout,
+            client.idle(small_answer(request(Void {}, timeout))),
+        )
+        .await?;
         let seconds = answer.into_inner().seconds;
         if !(seconds.is_finite() && seconds >= 0.0) {
             return Err(Error::new(
@@ -340,7 +344,12 @@ impl WorkerConnection {
         let stop = StopRequest {
             timeout: grace.to_wire(),
         };
-        with_deadline(Call::Stop, timeout, client.stop(request(stop, timeout))).await?;
+        with_deadline(
+            Call::Stop,
+            timeout,
+            client.stop(small_answer(request(stop, timeout))),
+        )
+        .await?;
         // The worker is retiring and waits for its clients to hang up: do so now.
         self.channel()?.close().await;
         Ok(())
@@ -414,6 +423,21 @@ fn request<T>(message: T, timeout: Option<Duration>) -> tonic::Request<T> {
     if let Some(timeout) = timeout.filter(|t| *t <= MAX_GRPC_TIMEOUT) {
         request.set_timeout(timeout); // tells the worker (grpc-timeout); enforced locally too
     }
+    request
+}
+
+/// The largest answer `idle` and `stop` take: `Idle` is one double (9 bytes encoded) and
+/// `stop`'s answer is empty; the rest is room for fields a later Wool may add. A worker that
+/// answers with more fails the call as [`ErrorKind::Transient`] (`RESOURCE_EXHAUSTED`, as a
+/// message over the receive limit), after at most this much was buffered: a sweep of many
+/// endpoints holds a few KiB per poll whatever they send.
+pub(crate) const SMALL_ANSWER_LIMIT: usize = 4 * 1024;
+
+/// Bounds a call's answer to [`SMALL_ANSWER_LIMIT`].
+fn small_answer<T>(mut request: tonic::Request<T>) -> tonic::Request<T> {
+    request
+        .extensions_mut()
+        .insert(channel::AnswerLimit(SMALL_ANSWER_LIMIT));
     request
 }
 
