@@ -185,19 +185,23 @@ async fn a_valid_settings_then_garbage_frames_is_an_rpc_error_at_once() {
 
 /// Given a worker (h2's server, honouring flow control) whose answer to idle announces a
 /// 200 MiB message and then streams zeros, when the client polls it with a receive limit of
-/// 1 MiB, and with the default 100 MiB, then the call fails as soon as the length prefix
-/// arrives: TRANSIENT, RESOURCE_EXHAUSTED, the message giving the size and the limit; the
+/// 1 KiB, and with the default 100 MiB (under which idle and stop still take at most 4 KiB,
+/// their answers' bound), then the call fails as soon as the length prefix arrives:
+/// TRANSIENT, RESOURCE_EXHAUSTED, the message giving the size and the limit applied; the
 /// worker got to send no more than a flow-control window or so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_over_the_receive_limit_is_resource_exhausted_at_its_prefix() {
     const ANNOUNCED: u32 = 200 << 20;
-    for (what, limit) in [("limit 1 MiB", 1 << 20), ("default limit", 100 << 20)] {
+    for (what, limit, applied) in [
+        ("limit 1 KiB", 1 << 10, 1 << 10),
+        ("default limit", 100 << 20, 4 << 10),
+    ] {
         let worker = hostile::announcing_a_huge_message(ANNOUNCED, 8 << 20).await;
         let conn = with_options(&worker, receiving_at_most(limit));
         for error in expect_each(what, &conn, ErrorKind::Transient, Code::ResourceExhausted).await {
             assert!(
                 error.message().contains(&ANNOUNCED.to_string())
-                    && error.message().contains(&limit.to_string()),
+                    && error.message().contains(&format!("({applied} bytes")),
                 "{error}"
             );
         }
@@ -210,32 +214,30 @@ async fn a_message_over_the_receive_limit_is_resource_exhausted_at_its_prefix() 
     }
 }
 
-/// Given a worker whose answer is a message of exactly the receive limit (1 MiB) that is not
-/// protobuf, and one over it by a byte, when the client polls, then the first is read and
-/// fails to decode (RPC error, INTERNAL), the second is RESOURCE_EXHAUSTED (TRANSIENT).
+/// Given a worker whose answer is a message of exactly the receive limit that is not protobuf,
+/// and one over it by a byte, when the client polls — with a receive limit of 1 KiB, and with
+/// the default options, where idle's answer bound of 4 KiB applies —, then the first is read
+/// and fails to decode (RPC error, INTERNAL), the second is RESOURCE_EXHAUSTED (TRANSIENT).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_receive_limit_is_exact() {
-    const LIMIT: usize = 1 << 20;
-    let at = hostile::announcing_a_huge_message(LIMIT as u32, LIMIT as u64 + 5).await;
-    let over = hostile::announcing_a_huge_message(LIMIT as u32 + 1, LIMIT as u64 + 6).await;
-    let conn = with_options(&at, receiving_at_most(LIMIT));
-    expect(
-        "at the limit",
-        &conn,
-        Rpc::Idle,
-        ErrorKind::Rpc,
-        Code::Internal,
-    )
-    .await;
-    let conn = with_options(&over, receiving_at_most(LIMIT));
-    expect(
-        "a byte over",
-        &conn,
-        Rpc::Idle,
-        ErrorKind::Transient,
-        Code::ResourceExhausted,
-    )
-    .await;
+    for (what, options, limit) in [
+        ("limit 1 KiB", receiving_at_most(1 << 10), 1 << 10),
+        ("idle's own bound", ChannelOptions::default(), 4 << 10),
+    ] {
+        let at = hostile::announcing_a_huge_message(limit as u32, limit as u64 + 5).await;
+        let over = hostile::announcing_a_huge_message(limit as u32 + 1, limit as u64 + 6).await;
+        let conn = with_options(&at, options.clone());
+        expect(what, &conn, Rpc::Idle, ErrorKind::Rpc, Code::Internal).await;
+        let conn = with_options(&over, options);
+        expect(
+            what,
+            &conn,
+            Rpc::Idle,
+            ErrorKind::Transient,
+            Code::ResourceExhausted,
+        )
+        .await;
+    }
 }
 
 // ---- 3. no trailers ----------------------------------------------------------------------------

@@ -40,8 +40,7 @@ async fn a_sweep_of_hostile_endpoints_holds_a_few_kib_per_poll() {
     let mut endpoints = Vec::new();
     for _ in 0..4 {
         endpoints.push(
-            hostile::announcing_a_huge_message(ANSWER_MIB << 20, u64::from(ANSWER_MIB) << 20)
-                .await,
+            hostile::announcing_a_huge_message(ANSWER_MIB << 20, u64::from(ANSWER_MIB) << 20).await,
         );
     }
     for _ in 0..4 {
@@ -75,7 +74,9 @@ async fn a_sweep_of_hostile_endpoints_holds_a_few_kib_per_poll() {
     );
     assert_eq!(outcomes[8].as_ref().ok(), Some(&7.5), "{:?}", outcomes[8]);
     for (i, outcome) in outcomes[..4].iter().enumerate() {
-        let error = outcome.as_ref().expect_err("a 50 MiB idle answer is refused");
+        let error = outcome
+            .as_ref()
+            .expect_err("a 50 MiB idle answer is refused");
         assert_eq!(error.kind(), ErrorKind::Transient, "{i}: {error}");
         assert!(error.message().contains("receive limit"), "{i}: {error}");
     }
