@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 
 use common::netns::{link_or_skip, Link};
 use common::{unique_namespace, WoolPool, WorkerProcess};
-use wool::connection::ChannelOptions;
-use wool::fleet::discovery::{DiscoveredWorker, DiscoveryEvent, LanDiscovery, LocalDiscovery};
+use wool::connection::{ChannelOptions, Peers};
+use wool::fleet::discovery::{
+    admit, DiscoveredWorker, DiscoveryEvent, LanDiscovery, LocalDiscovery, Refusal,
+};
 use wool::fleet::{retire, sweep, Reason, RetirePolicy, SweepOptions};
 use wool::Grace;
 use wool::{ErrorKind, WorkerConnection};
@@ -450,11 +452,42 @@ fn the_lan_listing_equals_wools_own_subscriber_across_network_namespaces() {
     assert_eq!(left, seen);
 }
 
+/// Given a plaintext Wool 0.15.7 pool, when a caller without credentials and one with them
+/// pass its listing through the admission gate, then Wool's own records are admitted for the
+/// first (their version and segments read as Wool's), and refused for the second on security,
+/// which never connects them in plaintext with its credentials dropped.
+#[test]
+fn wools_own_records_pass_the_gate_and_a_plaintext_pool_is_refused_to_a_caller_with_credentials() {
+    let pki = common::Pki::generate();
+    let namespace = unique_namespace("gate");
+    let _pool = WoolPool::start(&namespace, 2, &[], None);
+    let found = LocalDiscovery::new(&namespace).unwrap().list().unwrap();
+    assert_eq!(found.len(), 2, "{found:?}");
+    let plain = admit(found.clone(), None);
+    assert_eq!(plain.admitted.len(), 2, "{plain:?}");
+    let credentials = pki.client_mutual(&pki.ca_pem, &pki.leaf);
+    let gated = admit(found.clone(), Some(&credentials));
+    assert!(gated.admitted.is_empty(), "{gated:?}");
+    assert!(gated.refused.iter().all(|(_, r)| *r
+        == Refusal::Security {
+            worker_secure: false
+        }));
+    for worker in &found {
+        let error = worker
+            .connect(Some(&credentials), ChannelOptions::default())
+            .unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{error}");
+        assert!(error.message().contains("security"), "{error}");
+    }
+}
+
 /// Given a Wool pool whose workers serve mutual TLS with a certificate valid only for the name
 /// they advertise as their identity (not for 127.0.0.1), when the pool is listed and swept,
 /// then the listing says secure with that identity, the workers cannot be reached without
-/// credentials (refused before any I/O), and with the caller's credentials they are verified
-/// against the advertised identity and answer.
+/// credentials (refused before any I/O); with credentials but no peers policy the
+/// advertisement is ignored (verified against the address: the handshake fails); under a
+/// policy accepting the name it is pinned and they answer; under one that does not they are
+/// refused naming the accepted peers.
 #[test]
 fn secure_workers_are_reached_with_the_callers_credentials_and_their_identity() {
     let pki = common::Pki::generate();
@@ -492,7 +525,23 @@ fn secure_workers_are_reached_with_the_callers_credentials_and_their_identity() 
         let refused = worker.connect(None, ChannelOptions::default()).unwrap_err();
         assert_eq!(refused.kind(), ErrorKind::InvalidArgument);
     }
-    let credentials = pki.client_mutual(&pki.ca_pem, &pki.named_leaf);
+    let unpinned = pki.client_mutual(&pki.ca_pem, &pki.named_leaf);
+    let runtime = runtime();
+    let ignored = found[0]
+        .connect(Some(&unpinned), ChannelOptions::default())
+        .unwrap();
+    let error = runtime
+        .block_on(ignored.idle(Some(Duration::from_secs(5))))
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Handshake, "{error}");
+    let elsewhere = unpinned.with_peers(Peers::names(["w1", "w2"]).unwrap());
+    let refusal = found[0].refusal(Some(&elsewhere)).unwrap();
+    assert_eq!(refusal.arm(), "identity");
+    assert!(
+        refusal.to_string().contains("accepted peers: w1, w2"),
+        "{refusal}"
+    );
+    let credentials = unpinned.with_peers(Peers::name(common::NAMED_LEAF_IDENTITY).unwrap());
     let workers: Vec<WorkerConnection> = found
         .iter()
         .map(|w| {
@@ -500,7 +549,6 @@ fn secure_workers_are_reached_with_the_callers_credentials_and_their_identity() 
                 .unwrap()
         })
         .collect();
-    let runtime = runtime();
     let polls = runtime
         .block_on(sweep(&workers, &SweepOptions::default()))
         .unwrap();

@@ -31,6 +31,138 @@ pub const CREDENTIAL_RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 pub struct WorkerCredentials {
     source: Source,
     identity: Option<String>,
+    /// Which advertised worker names discovery admits ([`with_peers`](Self::with_peers)).
+    peers: Option<Peers>,
+}
+
+/// The worker names a client accepts from the workers discovery finds: Wool's `peers`
+/// parameter of `WorkerCredentialsProvider` (`wool/runtime/worker/auth.py`), set with
+/// [`WorkerCredentials::with_peers`].
+///
+/// The policy is consulted only by discovery's admission gate
+/// ([`DiscoveredWorker::refusal`](crate::fleet::DiscoveredWorker::refusal)): with one, a
+/// discovered worker is admitted only when it advertises a name the policy accepts, and that
+/// name is the one its certificate is verified against (unless the credentials carry an
+/// explicit identity, which always wins). A worker advertising no name is refused whatever the
+/// policy. It never widens what is accepted: a worker claiming a name it holds no certificate
+/// for fails the TLS handshake. It plays no part in a connection made to a named target.
+///
+/// Names are compared after trimming surrounding whitespace, as Wool's `normalize_peer`.
+/// Unlike Wool, which warns and leaves the policy unconfigured (admitting every worker) when
+/// given a blank name or an empty collection, these constructors refuse them, so that a typo
+/// never widens admission.
+#[derive(Clone)]
+pub struct Peers(PeerPolicy);
+
+#[derive(Clone)]
+enum PeerPolicy {
+    Names(std::collections::BTreeSet<String>),
+    Predicate(Arc<dyn Fn(&str) -> bool + Send + Sync>),
+}
+
+/// The most names a policy may list, and the longest name (a DNS name is at most 253 bytes):
+/// bounds on what a C or Go caller's arguments can make a policy hold.
+const MAX_PEERS: usize = 4096;
+const MAX_PEER_NAME_BYTES: usize = 253;
+
+impl Peers {
+    /// A policy accepting exactly `name` (Wool's `peers="name"`).
+    ///
+    /// Errors: [`ErrorKind::InvalidArgument`](super::ErrorKind::InvalidArgument) for a blank
+    /// name or one longer than 253 bytes.
+    pub fn name(name: &str) -> Result<Self, Error> {
+        Self::names([name])
+    }
+
+    /// A policy accepting any of `names` (Wool's `peers=[...]`); duplicates are merged.
+    ///
+    /// Errors: [`ErrorKind::InvalidArgument`](super::ErrorKind::InvalidArgument) when there
+    /// is no name, more than 4,096, or one is blank or longer than 253 bytes.
+    pub fn names<I, S>(names: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut set = std::collections::BTreeSet::new();
+        for name in names {
+            let name = name.as_ref().trim();
+            if name.is_empty() {
+                return Err(Error::invalid_argument(
+                    "a peer name must not be blank (it would name no worker)",
+                ));
+            }
+            if name.len() > MAX_PEER_NAME_BYTES {
+                return Err(Error::invalid_argument(format!(
+                    "a peer name is at most {MAX_PEER_NAME_BYTES} bytes, got {}",
+                    name.len()
+                )));
+            }
+            set.insert(name.to_owned());
+            if set.len() > MAX_PEERS {
+                return Err(Error::invalid_argument(format!(
+                    "a peers policy lists at most {MAX_PEERS} names"
+                )));
+            }
+        }
+        if set.is_empty() {
+            return Err(Error::invalid_argument(
+                "a peers policy needs at least one name",
+            ));
+        }
+        Ok(Self(PeerPolicy::Names(set)))
+    }
+
+    /// A policy deciding by `accepts` over the advertised name (trimmed, never blank), Wool's
+    /// predicate form. It should be cheap and must not block: it runs inside each listing. A
+    /// predicate that panics is taken as having refused the worker (with a `tracing` warning),
+    /// as Wool takes one that raises.
+    pub fn predicate(accepts: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        Self(PeerPolicy::Predicate(Arc::new(accepts)))
+    }
+
+    /// Whether a worker advertising `advertised` is admitted (Wool's `accepts_peer`): false
+    /// for `None` or a blank name, whatever the policy.
+    pub fn accepts(&self, advertised: Option<&str>) -> bool {
+        let Some(name) = advertised.map(str::trim).filter(|name| !name.is_empty()) else {
+            return false;
+        };
+        match &self.0 {
+            PeerPolicy::Names(names) => names.contains(name),
+            PeerPolicy::Predicate(accepts) => {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| accepts(name)))
+                    .unwrap_or_else(|_| {
+                        tracing::warn!(
+                            peer = name,
+                            "the peer-name predicate panicked; treating the worker as refused"
+                        );
+                        false
+                    })
+            }
+        }
+    }
+
+    /// The accepted names for a diagnostic (Wool's `describe_peers`): the names sorted and
+    /// joined by `", "`, or `"a peer-name predicate"`.
+    pub fn describe(&self) -> String {
+        match &self.0 {
+            PeerPolicy::Names(names) => names.iter().cloned().collect::<Vec<_>>().join(", "),
+            PeerPolicy::Predicate(_) => "a peer-name predicate".into(),
+        }
+    }
+
+    /// The accepted names, or `None` for a predicate.
+    pub fn list(&self) -> Option<Vec<&str>> {
+        match &self.0 {
+            PeerPolicy::Names(names) => Some(names.iter().map(String::as_str).collect()),
+            PeerPolicy::Predicate(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Debug for Peers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Peers").field(&self.describe()).finish()
+    }
 }
 
 #[derive(Clone)]
@@ -116,6 +248,7 @@ impl WorkerCredentials {
         Ok(Self {
             source: Source::Fixed(Arc::new(material)),
             identity: checked_identity(identity)?,
+            peers: None,
         })
     }
 
@@ -133,6 +266,7 @@ impl WorkerCredentials {
         Ok(Self {
             source: Source::Fixed(Arc::new(files.read().map_err(Error::invalid_argument)?)),
             identity: checked_identity(identity)?,
+            peers: None,
         })
     }
 
@@ -168,6 +302,7 @@ impl WorkerCredentials {
                 paths,
             })),
             identity,
+            peers: None,
         })
     }
 
@@ -182,6 +317,25 @@ impl WorkerCredentials {
             identity: checked_identity(Some(identity))?,
             ..self.clone()
         })
+    }
+
+    /// The same credentials with a peers policy: discovery then admits only workers advertising
+    /// a name `peers` accepts, and verifies each against that name unless these credentials
+    /// carry an explicit identity ([`Peers`]). The policy lives on the credentials as Wool's
+    /// lives on its `WorkerCredentialsProvider`: it goes wherever they go (a sweep, `woolctl`,
+    /// the scaler, the C and binding handles), and it only means something over TLS (a caller
+    /// without credentials admits only plaintext workers, whose names nothing verifies). It is
+    /// not part of equality or of the pool key: it decides admission, not the channel.
+    pub fn with_peers(&self, peers: Peers) -> Self {
+        Self {
+            peers: Some(peers),
+            ..self.clone()
+        }
+    }
+
+    /// The peers policy, if set ([`with_peers`](Self::with_peers)).
+    pub fn peers(&self) -> Option<&Peers> {
+        self.peers.as_ref()
     }
 
     /// Whether the client presents a certificate (mutual TLS).

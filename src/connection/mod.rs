@@ -33,7 +33,7 @@ use arc_swap::ArcSwapOption;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-pub use credentials::{WorkerCredentials, CREDENTIAL_RELOAD_INTERVAL};
+pub use credentials::{Peers, WorkerCredentials, CREDENTIAL_RELOAD_INTERVAL};
 use error::Call;
 pub use error::{Error, ErrorKind};
 pub use pool::{pooled_channels, UNUSED_CHANNEL_TTL};

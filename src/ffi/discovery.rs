@@ -270,6 +270,7 @@ fn placeholder() -> DiscoveredWorker {
         extra: Default::default(),
         secure: false,
         identity: None,
+        options: None,
     }
 }
 

@@ -13,6 +13,13 @@
 //!
 //! Segments are read with `pread(2)`, never mapped: a writer shrinking or unlinking one cannot
 //! fault this process. They stay open between scans (see `OpenSegments`).
+//!
+//! Anyone on the host can create a segment under any free name in `/dev/shm`, so a segment is
+//! read only when it is owned by this process's effective uid and writable by nobody else
+//! (no group or other write bit); anything else is refused with a `tracing` warning. Wool's
+//! own segments pass: Python's `shared_memory` creates them with mode 0600, owned by the
+//! pool's user. A scan reads at most [`MAX_REGISTRY_SLOTS`] slots and keeps at most
+//! [`MAX_OPEN_RECORDS`] record descriptors open, only for records that decoded.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::ErrorKind as IoErrorKind;
@@ -34,8 +41,16 @@ const HEADER_MAGIC: &[u8; 4] = b"WLD1";
 const SLOT_BYTES: usize = 16;
 /// Where Linux keeps POSIX shared-memory segments (`shm_open("/name")`).
 const SHM_DIR: &str = "/dev/shm";
-/// The most of a registry read: its header and 4 Mi slots (Wool's default is 128).
-const MAX_REGISTRY_BYTES: usize = SLOT_BYTES + (4 << 20) * SLOT_BYTES;
+/// The most slots one scan reads from a registry: 16,384 (Wool's default capacity is 128). A
+/// registry declaring more is read up to this many, with a warning: each slot costs an open
+/// attempt per scan, and a registry's size is whoever wrote it's to choose.
+pub const MAX_REGISTRY_SLOTS: usize = 16_384;
+/// The most of a registry read: its header and [`MAX_REGISTRY_SLOTS`] slots.
+const MAX_REGISTRY_BYTES: usize = SLOT_BYTES + MAX_REGISTRY_SLOTS * SLOT_BYTES;
+/// The most record descriptors kept open between scans (twice Wool's default capacity, well
+/// under the usual 1,024 soft limit on a process's descriptors); records past it, and records
+/// that did not decode, are closed after each read.
+pub const MAX_OPEN_RECORDS: usize = 256;
 /// The most of a record read: 1 MiB (Wool's default block is 1,024 bytes).
 const MAX_RECORD_BYTES: usize = 1 << 20;
 /// How often a watch rescans when no change notification arrived (a missed inotify event, a
@@ -190,6 +205,11 @@ impl LocalDiscovery {
                 return Ok(Vec::new());
             }
             Err(error) => {
+                tracing::warn!(
+                    namespace = %self.namespace,
+                    registry = %registry_path.display(),
+                    "cannot read the registry: {error}"
+                );
                 return Err(Error::new(
                     ErrorKind::Transient,
                     None,
@@ -198,14 +218,24 @@ impl LocalDiscovery {
                         self.namespace,
                         registry_path.display()
                     ),
-                ))
+                ));
             }
         };
-        let Some(slots) = registry_slots(&registry) else {
+        let Some(header) = registry_header(&registry) else {
             tracing::debug!(namespace = %self.namespace, "registry header not yet written");
             return Ok(Vec::new());
         };
-        let slots: Vec<Uuid> = slots.collect();
+        if header.capacity > MAX_REGISTRY_SLOTS {
+            tracing::warn!(
+                namespace = %self.namespace,
+                declared = header.capacity,
+                "the registry declares more slots than a scan reads; reading the first {MAX_REGISTRY_SLOTS}"
+            );
+        }
+        let mut slots: Vec<Uuid> = header.slots.collect();
+        slots.sort_unstable();
+        slots.dedup();
+        let mut kept_open = records.values().filter(|(_, file)| file.is_some()).count();
         let workers = slots
             .iter()
             .filter_map(|&uid| {
@@ -213,7 +243,18 @@ impl LocalDiscovery {
                     let name = short_hash(&uid.simple().to_string());
                     (self.shm_dir.join(name), None)
                 });
-                self.read_record(uid, path, file, buffer)
+                let was_open = file.is_some();
+                let worker = self.read_record(uid, path, file, buffer);
+                // Keep the descriptor only for a record that decoded, and only up to the cap.
+                if worker.is_none() || (!was_open && kept_open >= MAX_OPEN_RECORDS) {
+                    *file = None;
+                }
+                match (was_open, file.is_some()) {
+                    (false, true) => kept_open += 1,
+                    (true, false) => kept_open -= 1,
+                    _ => {}
+                }
+                worker
             })
             .collect();
         // Every slot now has its record entry: more entries than slots means workers that left.
@@ -309,6 +350,10 @@ fn read_segment(
             "not a regular file (not a shared-memory segment of Wool's)",
         ));
     }
+    if let Err(why) = owned_by_us(&stat) {
+        *file = None;
+        return Err(std::io::Error::new(IoErrorKind::PermissionDenied, why));
+    }
     let size = usize::try_from(stat.st_size)
         .unwrap_or(usize::MAX)
         .min(limit);
@@ -327,6 +372,26 @@ fn read_segment(
     Ok(Some(filled))
 }
 
+/// Whether a segment may be trusted: owned by this process's effective uid and not writable
+/// by group or others (Wool's own segments are 0600, owned by the pool's user).
+fn owned_by_us(stat: &libc::stat) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if stat.st_uid != euid {
+        return Err(format!(
+            "refused: owned by uid {}, not by this process's user (uid {euid})",
+            stat.st_uid
+        ));
+    }
+    let mode = stat.st_mode & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(format!(
+            "refused: writable by group or others (mode {mode:04o}; Wool makes 0600)"
+        ));
+    }
+    Ok(())
+}
+
 /// `fstat(2)`: the plain call, cheaper than the `statx` that `File::metadata` makes.
 fn fstat(file: &std::fs::File) -> std::io::Result<libc::stat> {
     use std::os::fd::AsRawFd;
@@ -339,22 +404,34 @@ fn fstat(file: &std::fs::File) -> std::io::Result<libc::stat> {
     Ok(unsafe { stat.assume_init() })
 }
 
-/// The non-empty slots of a registry, or `None` when its header is not (yet) Wool's.
-fn registry_slots(registry: &[u8]) -> Option<impl Iterator<Item = Uuid> + '_> {
+/// A registry's header: the capacity it declares and its non-empty slots (the first
+/// [`MAX_REGISTRY_SLOTS`] at most, within what was read).
+struct RegistryHeader<I> {
+    capacity: usize,
+    slots: I,
+}
+
+/// The header and non-empty slots of a registry, or `None` when its header is not (yet) Wool's.
+fn registry_header(registry: &[u8]) -> Option<RegistryHeader<impl Iterator<Item = Uuid> + '_>> {
     if registry.len() < SLOT_BYTES || &registry[..4] != HEADER_MAGIC {
         return None;
     }
     let capacity = u32::from_le_bytes(registry[4..8].try_into().ok()?) as usize;
-    let end = capacity
-        .checked_mul(SLOT_BYTES)
-        .and_then(|bytes| bytes.checked_add(SLOT_BYTES))
-        .map_or(registry.len(), |end| end.min(registry.len()));
-    Some(
-        registry[SLOT_BYTES..end]
+    let end = SLOT_BYTES + capacity.min(MAX_REGISTRY_SLOTS) * SLOT_BYTES;
+    let end = end.min(registry.len());
+    Some(RegistryHeader {
+        capacity,
+        slots: registry[SLOT_BYTES..end]
             .chunks_exact(SLOT_BYTES)
             .filter(|slot| slot.iter().any(|&b| b != 0))
             .map(|slot| Uuid::from_bytes(slot.try_into().expect("16-byte chunks"))),
-    )
+    })
+}
+
+/// The non-empty slots of a registry, or `None` when its header is not (yet) Wool's.
+#[cfg(test)]
+fn registry_slots(registry: &[u8]) -> Option<impl Iterator<Item = Uuid> + '_> {
+    registry_header(registry).map(|header| header.slots)
 }
 
 /// A worker record: length-prefixed `WorkerMetadata`; the error says why it was refused.
@@ -375,13 +452,26 @@ fn decode_record(bytes: &[u8]) -> Result<DiscoveredWorker, String> {
     from_metadata(metadata)
 }
 
-/// Wool's `WorkerMetadata.from_protobuf`, less the channel options.
+/// Wool's `WorkerMetadata.from_protobuf`. Advertised channel options out of range are
+/// dropped with a warning (the caller's options are then used).
 pub(super) fn from_metadata(metadata: WorkerMetadata) -> Result<DiscoveredWorker, String> {
     let uid = Uuid::parse_str(&metadata.uid)
         .map_err(|_| format!("uid {:?} is not a UUID", metadata.uid))?;
     if metadata.address.is_empty() {
         return Err("no address".into());
     }
+    let options = match metadata
+        .connection
+        .as_ref()
+        .map(super::admission::advertised_options)
+    {
+        None => None,
+        Some(Ok(options)) => Some(options),
+        Some(Err(why)) => {
+            tracing::warn!(worker = %uid, "ignoring the worker's advertised channel options: {why}");
+            None
+        }
+    };
     Ok(DiscoveredWorker {
         uid,
         address: metadata.address,
@@ -391,6 +481,7 @@ pub(super) fn from_metadata(metadata: WorkerMetadata) -> Result<DiscoveredWorker
         extra: metadata.extra.into_iter().collect::<BTreeMap<_, _>>(),
         secure: metadata.secure,
         identity: Some(metadata.identity).filter(|identity| !identity.is_empty()),
+        options,
     })
 }
 
@@ -614,6 +705,234 @@ mod tests {
         // SAFETY: as above.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         assert!(discovery.list().unwrap().is_empty());
+    }
+
+    /// A scratch registry (standing for /dev/shm) naming `records` in its first slots, each
+    /// written as Wool writes one; returns the discovery and the record paths.
+    fn scratch_registry(
+        shm: &Path,
+        namespace: &str,
+        capacity: u32,
+        records: &[WorkerMetadata],
+    ) -> (LocalDiscovery, Vec<PathBuf>) {
+        let discovery = LocalDiscovery {
+            shm_dir: shm.to_path_buf(),
+            ..LocalDiscovery::new(namespace).unwrap()
+        };
+        let mut registry = vec![0u8; 16 + 16 * records.len().max(1)];
+        registry[..4].copy_from_slice(HEADER_MAGIC);
+        registry[4..8].copy_from_slice(&capacity.to_le_bytes());
+        let mut paths = Vec::new();
+        for (i, metadata) in records.iter().enumerate() {
+            let uid = Uuid::parse_str(&metadata.uid).unwrap();
+            registry[16 + 16 * i..][..16].copy_from_slice(uid.as_bytes());
+            let path = shm.join(short_hash(&uid.simple().to_string()));
+            std::fs::write(&path, record(metadata)).unwrap();
+            paths.push(path);
+        }
+        std::fs::write(shm.join(short_hash(namespace)), &registry).unwrap();
+        (discovery, paths)
+    }
+
+    fn metadata(address: &str, version: &str, secure: bool, identity: &str) -> WorkerMetadata {
+        WorkerMetadata {
+            uid: Uuid::new_v4().to_string(),
+            address: address.into(),
+            pid: 1,
+            version: version.into(),
+            secure,
+            identity: identity.into(),
+            ..WorkerMetadata::default()
+        }
+    }
+
+    fn credentials(identity: Option<&str>) -> crate::connection::WorkerCredentials {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let ca = params.self_signed(&key).unwrap();
+        crate::connection::WorkerCredentials::from_pem(
+            ca.pem().as_bytes(),
+            None,
+            None,
+            false,
+            identity,
+        )
+        .unwrap()
+    }
+
+    /// Given registry records saying plaintext, secure with identities "evil", "w1" and "w2",
+    /// and versions "1.0.0" and "garbage", when a caller with credentials lists and connects,
+    /// then the plaintext record is refused (its credentials are never dropped), the versions
+    /// are refused, an advertised identity is pinned only under a peers policy that accepts
+    /// it, a refused one names the accepted peers, and an explicit server name always wins.
+    #[test]
+    fn records_pass_wools_admission_gate_before_they_are_connected() {
+        let shm = tempfile::tempdir().unwrap();
+        let records = [
+            metadata("127.0.0.1:4001", "0.15.7", false, ""),
+            metadata("127.0.0.1:4002", "0.15.7", true, "evil"),
+            metadata("127.0.0.1:4003", "0.15.7", true, "w1"),
+            metadata("127.0.0.1:4004", "0.15.7", true, "w2"),
+            metadata("127.0.0.1:4005", "1.0.0", true, "w1"),
+            metadata("127.0.0.1:4006", "garbage", true, "w1"),
+        ];
+        let (discovery, _) = scratch_registry(shm.path(), "gate", 6, &records);
+        let listed = discovery.list().unwrap();
+        assert_eq!(listed.len(), 6);
+        let [plain, evil, w1, w2, v1, garbage] = &listed[..] else {
+            unreachable!()
+        };
+        let options = crate::connection::ChannelOptions::default;
+        let given = credentials(None);
+        // Security: the record never turns the caller's TLS off.
+        let error = plain.connect(Some(&given), options()).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{error}");
+        assert_eq!(
+            plain.refusal(Some(&given)),
+            Some(super::super::Refusal::Security {
+                worker_secure: false
+            })
+        );
+        assert!(plain.refusal(None).is_none());
+        assert_eq!(evil.refusal(None).unwrap().arm(), "security");
+        // Version.
+        for (worker, parsable) in [(v1, true), (garbage, false)] {
+            assert_eq!(
+                worker.refusal(Some(&given)),
+                Some(super::super::Refusal::Version {
+                    advertised: worker.version.clone(),
+                    parsable
+                })
+            );
+            assert_eq!(
+                worker.connect(Some(&given), options()).unwrap_err().kind(),
+                ErrorKind::InvalidArgument
+            );
+        }
+        // Identity, no policy: admitted, the advertisement ignored.
+        let check = |w: &DiscoveredWorker, c: &crate::connection::WorkerCredentials| {
+            super::super::admission::check(w, Some(c)).map(|a| a.pin)
+        };
+        assert_eq!(check(evil, &given), Ok(None));
+        assert!(evil.connect(Some(&given), options()).is_ok());
+        // A policy accepting w1.
+        let gated = given.with_peers(crate::connection::Peers::name("w1").unwrap());
+        assert_eq!(check(w1, &gated), Ok(Some("w1".to_string())));
+        let refusal = w2.refusal(Some(&gated)).unwrap();
+        assert_eq!(refusal.arm(), "identity");
+        assert!(
+            refusal.to_string().contains("accepted peers: w1"),
+            "{refusal}"
+        );
+        assert!(w2
+            .connect(Some(&gated), options())
+            .unwrap_err()
+            .message()
+            .contains("\"w2\""));
+        assert_eq!(evil.refusal(Some(&gated)).unwrap().arm(), "identity");
+        // An explicit server name wins over the accepted advertisement.
+        let explicit = credentials(Some("chosen.example"))
+            .with_peers(crate::connection::Peers::names(["w1", "w2"]).unwrap());
+        assert_eq!(check(w1, &explicit), Ok(None));
+        let admission = super::super::admit(listed.clone(), Some(&explicit));
+        assert_eq!(admission.admitted.len(), 2, "{admission:?}");
+        assert_eq!(admission.refused.len(), 4);
+    }
+
+    /// Given a registry or a record owned by another user, or writable by group or others, when
+    /// the namespace is listed, then it is refused with a log line (the registry: an error; a
+    /// record: skipped), while 0600 and 0644 segments of this user read as Wool's own do.
+    #[test]
+    fn segments_of_other_users_or_writable_by_others_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let shm = tempfile::tempdir().unwrap();
+        let records = [
+            metadata("127.0.0.1:4001", "0.15.7", false, ""),
+            metadata("127.0.0.1:4002", "0.15.7", false, ""),
+            metadata("127.0.0.1:4003", "0.15.7", false, ""),
+        ];
+        let (discovery, paths) = scratch_registry(shm.path(), "owners", 3, &records);
+        let registry = shm.path().join(short_hash("owners"));
+        let mode = |path: &Path, mode: u32| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        mode(&registry, 0o600);
+        mode(&paths[0], 0o600);
+        assert_eq!(discovery.list().unwrap().len(), 3);
+        mode(&paths[1], 0o666);
+        // SAFETY: geteuid cannot fail.
+        let root = unsafe { libc::geteuid() } == 0;
+        if root {
+            std::os::unix::fs::chown(&paths[2], Some(65534), Some(65534)).unwrap();
+        } else {
+            mode(&paths[2], 0o620);
+        }
+        let log = Log::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let listed = tracing::subscriber::with_default(subscriber, || discovery.list().unwrap());
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert_eq!(listed[0].address, "127.0.0.1:4001");
+        let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        assert!(text.contains("writable by group or others"), "{text}");
+        if root {
+            assert!(text.contains("owned by uid 65534"), "{text}");
+        }
+        mode(&registry, 0o666);
+        let error = discovery.list().unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Transient);
+        assert!(
+            error.message().contains("writable by group or others"),
+            "{error}"
+        );
+        if root {
+            mode(&registry, 0o600);
+            std::os::unix::fs::chown(&registry, Some(65534), None).unwrap();
+            let error = discovery.list().unwrap_err();
+            assert!(error.message().contains("owned by uid 65534"), "{error}");
+        }
+    }
+
+    /// Given a registry declaring 100,000 slots, every one naming a worker, 2,000 of them with
+    /// garbage records and one with a good record, when it is listed twice, then a scan reads
+    /// at most MAX_REGISTRY_SLOTS slots, and only the good record keeps a descriptor open.
+    #[test]
+    fn a_registry_declaring_more_slots_than_a_scan_reads_is_bounded() {
+        let shm = tempfile::tempdir().unwrap();
+        let declared = 100_000usize;
+        let good = metadata("127.0.0.1:4001", "0.15.7", false, "");
+        let (discovery, _) = scratch_registry(shm.path(), "huge", 1, std::slice::from_ref(&good));
+        let mut registry = vec![0u8; 16 + 16 * declared];
+        registry[..4].copy_from_slice(HEADER_MAGIC);
+        registry[4..8].copy_from_slice(&(declared as u32).to_le_bytes());
+        let good_uid = Uuid::parse_str(&good.uid).unwrap();
+        registry[16..32].copy_from_slice(good_uid.as_bytes());
+        for slot in 1..declared {
+            let uid = Uuid::new_v4();
+            registry[16 + 16 * slot..][..16].copy_from_slice(uid.as_bytes());
+            if slot <= 2_000 {
+                let path = shm.path().join(short_hash(&uid.simple().to_string()));
+                std::fs::write(path, [3, 0, 0, 0, 0xff, 0xff, 0xff]).unwrap();
+            }
+        }
+        std::fs::write(shm.path().join(short_hash("huge")), &registry).unwrap();
+        for _ in 0..2 {
+            let listed = discovery.list().unwrap();
+            assert_eq!(listed.len(), 1);
+            assert_eq!(listed[0].uid, good_uid);
+            let open = discovery.open.segments.lock().unwrap();
+            assert!(
+                open.records.len() <= MAX_REGISTRY_SLOTS,
+                "{}",
+                open.records.len()
+            );
+            let descriptors = open.records.values().filter(|(_, f)| f.is_some()).count();
+            assert_eq!(descriptors, 1, "garbage records keep no descriptor");
+        }
     }
 
     #[test]

@@ -9,7 +9,14 @@
 //! as they happen. A record that cannot be read (half-written, foreign, malformed) is skipped
 //! with a `tracing` warning, never an error: Wool's readers do the same, since writers change
 //! the registry while readers scan it.
+//!
+//! A listing is what records claim, and records are written by whoever can write the registry
+//! or answer on the LAN. Before a discovered worker is connected, polled or stopped it passes
+//! the admission gate of Wool's `WorkerProxy` ([`DiscoveredWorker::refusal`], [`admit`],
+//! `admission.rs`), for the caller's credentials and their [`Peers`](crate::connection::Peers)
+//! policy; [`DiscoveredWorker::connect`] refuses a worker the gate refuses.
 
+mod admission;
 mod lan;
 mod local;
 
@@ -19,13 +26,14 @@ use std::time::Duration;
 use serde::Serialize;
 use uuid::Uuid;
 
+pub use admission::Refusal;
 pub use lan::{LanDiscovery, DEFAULT_LISTEN};
-pub use local::LocalDiscovery;
+pub use local::{LocalDiscovery, MAX_REGISTRY_SLOTS};
 
 use crate::connection::{ChannelOptions, Error, WorkerConnection, WorkerCredentials};
 
-/// A worker as its pool publishes it (Wool's `WorkerMetadata`, less the channel options, which
-/// the LAN backend does not carry).
+/// A worker as its pool publishes it (Wool's `WorkerMetadata`). Every field is what the record
+/// claims: reach it through [`connect`](Self::connect), which runs the admission gate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DiscoveredWorker {
     /// The worker's id (Wool's `WorkerMetadata.uid`).
@@ -42,44 +50,92 @@ pub struct DiscoveredWorker {
     pub extra: BTreeMap<String, String>,
     /// Whether it serves TLS: reach it with credentials ([`DiscoveredWorker::connect`]).
     pub secure: bool,
-    /// The name its certificate is issued for, when it advertises one: a secure worker is
-    /// verified against it instead of its address.
+    /// The name its certificate is issued for, when it advertises one. Used only under a
+    /// [`Peers`](crate::connection::Peers) policy that accepts it (see
+    /// [`connect`](Self::connect)); otherwise ignored, as Wool ignores it.
     pub identity: Option<String>,
+    /// The channel options it advertises (Wool's `WorkerMetadata.options`): carried by local
+    /// registry records, not by LAN records; `None` when absent or out of range (the record's
+    /// options are then ignored, with a log line, and the caller's are used).
+    #[serde(skip)]
+    pub options: Option<ChannelOptions>,
 }
 
 impl DiscoveredWorker {
-    /// A connection to this worker, as Wool's pool makes one for a discovered worker: over TLS
-    /// with `credentials` when the worker advertises `secure` (verified against its advertised
-    /// identity where it has one, else the caller's identity or the address), plaintext
-    /// otherwise (the credentials are then not used). No I/O.
+    /// Why the admission gate refuses this worker for a caller holding `credentials`, or
+    /// `None` when it is admitted (Wool's `WorkerProxy._incompatibility_reason`): security,
+    /// then version, then identity; see [`Refusal`].
+    pub fn refusal(&self, credentials: Option<&WorkerCredentials>) -> Option<Refusal> {
+        admission::check(self, credentials).err()
+    }
+
+    /// A connection to this worker, as Wool's `WorkerProxy` makes one for a worker it admitted.
+    /// No I/O.
+    ///
+    /// - The worker must pass the admission gate ([`refusal`](Self::refusal)) for
+    ///   `credentials`: a caller with credentials reaches only workers advertising `secure`,
+    ///   over TLS with those credentials (they are never dropped because a record says so),
+    ///   one without reaches only plaintext workers.
+    /// - The certificate is verified against the name the caller set in `credentials`, else,
+    ///   under a [`Peers`](crate::connection::Peers) policy, the advertised name the policy
+    ///   accepted, else the dialed address. With no policy the advertised identity is ignored.
+    /// - Channel options: `options`, tightened by the worker's advertised ones where it has
+    ///   them; an advertised value never loosens the caller's (the receive limit is never
+    ///   raised, see `admission.rs`).
     ///
     /// Errors: [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) when the
-    /// worker is secure and no credentials were given, or its address or identity is malformed.
+    /// gate refuses the worker (the message gives the [`Refusal`]), or its address or the name
+    /// to verify is malformed.
     pub fn connect(
         &self,
         credentials: Option<&WorkerCredentials>,
         options: ChannelOptions,
     ) -> Result<WorkerConnection, Error> {
-        let credentials = if self.secure {
-            let given = credentials.ok_or_else(|| {
-                let who = if self.uid.is_nil() {
-                    format!("the worker at {}", self.address)
-                } else {
-                    format!("worker {} at {}", self.uid, self.address)
-                };
-                Error::invalid_argument(format!(
-                    "{who} serves TLS: credentials are needed to reach it"
-                ))
-            })?;
-            Some(match &self.identity {
-                Some(identity) => given.with_identity(identity)?,
-                None => given.clone(),
-            })
-        } else {
-            None
+        let admitted = admission::check(self, credentials).map_err(|refusal| {
+            admission::log_refusal(self, &refusal);
+            refusal.to_error(self)
+        })?;
+        let credentials = match (credentials, admitted.pin) {
+            (Some(given), Some(name)) => Some(given.with_identity(&name)?),
+            (given, _) => given.cloned(),
         };
+        let options = admission::channel_options(self.options.as_ref(), options);
         WorkerConnection::with_options(&self.address, credentials, options)
     }
+
+    /// "worker <uid> at <address>" (or "the worker at <address>" without a uid).
+    fn describe(&self) -> String {
+        if self.uid.is_nil() {
+            format!("the worker at {}", self.address)
+        } else {
+            format!("worker {} at {}", self.uid, self.address)
+        }
+    }
+}
+
+/// A listing passed through the admission gate ([`admit`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Admission {
+    /// The workers the gate admitted, in listing order: the ones to connect, poll or stop.
+    pub admitted: Vec<DiscoveredWorker>,
+    /// The workers it refused, each with why, in listing order.
+    pub refused: Vec<(DiscoveredWorker, Refusal)>,
+}
+
+/// Sorts `workers` into those the admission gate admits for a caller holding `credentials` and
+/// those it refuses (each refusal logged at `debug`, as Wool's gate logs them).
+pub fn admit(workers: Vec<DiscoveredWorker>, credentials: Option<&WorkerCredentials>) -> Admission {
+    let mut admission = Admission::default();
+    for worker in workers {
+        match worker.refusal(credentials) {
+            None => admission.admitted.push(worker),
+            Some(refusal) => {
+                admission::log_refusal(&worker, &refusal);
+                admission.refused.push((worker, refusal));
+            }
+        }
+    }
+    admission
 }
 
 /// What a [`Watch`] saw happen to one worker.
@@ -126,6 +182,17 @@ impl Discovery {
             Discovery::Local(local) => local.list(),
             Discovery::Lan(lan) => lan.list(),
         }
+    }
+
+    /// The workers published now, passed through the admission gate for a caller holding
+    /// `credentials` ([`admit`]).
+    ///
+    /// Errors: as [`list`](Self::list).
+    pub fn list_admitted(
+        &self,
+        credentials: Option<&WorkerCredentials>,
+    ) -> Result<Admission, Error> {
+        Ok(admit(self.list()?, credentials))
     }
 
     /// Starts watching: the watch first reports every worker present, then each change.
@@ -313,6 +380,7 @@ mod tests {
             extra: BTreeMap::new(),
             secure: false,
             identity: None,
+            options: None,
         }
     }
 
