@@ -395,3 +395,381 @@ fn wool_worker_reloads_on_change_refuses_bad_files_and_takes_sighup() {
     );
     assert!(plaintext.is_running());
 }
+
+// Rotation against Wool 0.15.7's own code (tests/interop/*.py under target/venvs/wool-0.15.7).
+
+impl Files {
+    /// Replaces all three files (CA, certificate, key) with another CA's material.
+    fn rotate_to(&self, ca_pem: &str, leaf: &Leaf) {
+        replace_file(&self.ca, ca_pem);
+        self.rotate_leaf(leaf);
+    }
+
+    /// `--tls-ca CA --tls-cert CERT --tls-key KEY` over these files (the flags of both
+    /// `wool-worker` and the Python peers).
+    fn flags(&self) -> Vec<String> {
+        [
+            ("--tls-ca", &self.ca),
+            ("--tls-cert", &self.cert),
+            ("--tls-key", &self.key),
+        ]
+        .iter()
+        .flat_map(|(flag, path)| [flag.to_string(), path.display().to_string()])
+        .collect()
+    }
+}
+
+/// What `wool_rotating_client.py` prints to name the CA a call's channel was keyed on: the
+/// last 24 base64 characters of the PEM body.
+fn ca_tag(ca_pem: &str) -> String {
+    let body: String = ca_pem
+        .split("-----END")
+        .next()
+        .unwrap()
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    body[body.len() - 24..].to_owned()
+}
+
+/// The remote ports of the ESTABLISHED connections the worker listening on `port` has now.
+fn established_ports(port: u16) -> std::collections::BTreeSet<u16> {
+    worker_side_sockets(port)
+        .into_iter()
+        .filter(|(_, state)| *state == TCP_ESTABLISHED)
+        .map(|(remote, _)| remote)
+        .collect()
+}
+
+/// Waits up to `limit` for `condition`; whether it held, and after how long.
+fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> (bool, Duration) {
+    let start = Instant::now();
+    while !condition() {
+        if start.elapsed() > limit {
+            return (false, start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (true, start.elapsed())
+}
+
+/// Polls with fresh connections made of `credentials()` until one is answered (the worker
+/// serves the material they trust), for up to 10 s; how long that took.
+fn first_answer_with(
+    runtime: &tokio::runtime::Runtime,
+    address: &str,
+    credentials: impl Fn() -> WorkerCredentials,
+) -> Duration {
+    let start = Instant::now();
+    loop {
+        let probe = fresh_connection(address, credentials());
+        match runtime.block_on(probe.idle(Some(Duration::from_secs(5)))) {
+            Ok(_) => return start.elapsed(),
+            Err(error) if start.elapsed() < Duration::from_secs(10) => {
+                assert_eq!(error.kind(), ErrorKind::Handshake, "{error}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(error) => panic!("new material still refused after 10 s: {error}"),
+        }
+    }
+}
+
+/// Given our `wool-worker` serving mutual TLS from files of CA A and Wool 0.15.7's own client
+/// (`wool.WorkerConnection`) polling it with a reloadable `WorkerCredentialsProvider` over
+/// files of CA A, when the worker's files are rotated to CA B (the worker reloads them) and
+/// then the client's, then not one of Wool's polls fails: before, its idle readings come
+/// from A material; while only the worker is on B its connection made with A carries on;
+/// after, its calls are keyed on B, the connection made with A is closed and a new one (which
+/// the worker, now accepting only B, handshook with B) answers; its idle readings never go
+/// back (the same worker process throughout). Wool's client holding only A material is
+/// refused: `TransientRpcError`, UNAVAILABLE (Wool raises `HandshakeError` only from
+/// `dispatch`).
+#[test]
+fn wools_reloadable_client_polls_our_worker_through_a_ca_rotation() {
+    use common::python_peer::PythonPeer;
+    let runtime = common::runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let (ca_a, ca_b) = (new_ca("ca-a"), new_ca("ca-b"));
+    let (a_pem, b_pem) = (ca_a.pem(), ca_b.pem());
+    let (a_tag, b_tag) = (ca_tag(&a_pem), ca_tag(&b_pem));
+    let worker_b = new_leaf(&ca_b, dir.path(), "worker-b");
+    let client_a = new_leaf(&ca_a, dir.path(), "client-a");
+    let client_b = new_leaf(&ca_b, dir.path(), "client-b");
+    let worker_files = Files::write(
+        &dir.path().join("worker"),
+        &a_pem,
+        &new_leaf(&ca_a, dir.path(), "worker-a"),
+    );
+    let client_files = Files::write(&dir.path().join("client"), &a_pem, &client_a);
+    let stale_files = Files::write(&dir.path().join("stale"), &a_pem, &client_a);
+    let stale_leaf_files = Files::write(&dir.path().join("stale-leaf"), &b_pem, &client_a);
+    let (worker, log) = WorkerProcess::spawn_logging(&worker_files.flags(), "info");
+    let address = worker.address.clone();
+    let port = port_of(&address);
+
+    let mut args = vec![address.clone()];
+    args.extend(client_files.flags());
+    args.extend(["--fresh-for", "0.2", "--interval", "0.05"].map(String::from));
+    let mut wool = PythonPeer::spawn("0.15.7", "wool_rotating_client.py", &args);
+    let ok_with = |tag: &str| {
+        let tag = tag.to_owned();
+        move |line: &str| line.starts_with("ok ") && line.ends_with(&tag)
+    };
+    for _ in 0..5 {
+        wool.wait_for(Duration::from_secs(30), ok_with(&a_tag));
+    }
+    let before = established_ports(port);
+    assert!(!before.is_empty(), "Wool's client holds no connection");
+
+    // The worker's files to CA B; it reloads them.
+    worker_files.rotate_to(&b_pem, &worker_b);
+    let reloaded = Instant::now();
+    expect_log_line(&log, "TLS credentials reloaded", Duration::from_secs(10));
+    let served = first_answer_with(&runtime, &address, || client_mutual(&b_pem, &client_b));
+    eprintln!(
+        "wool-worker serves B {:?} after the files changed",
+        reloaded.elapsed().max(served)
+    );
+    // Wool's client, still on A, carries on over its connection.
+    for _ in 0..5 {
+        wool.wait_for(Duration::from_secs(10), ok_with(&a_tag));
+    }
+    assert!(before.is_subset(&established_ports(port)));
+
+    // The client's files to CA B: its provider serves them within fresh_for.
+    client_files.rotate_to(&b_pem, &client_b);
+    let rotated = Instant::now();
+    wool.wait_for(Duration::from_secs(15), ok_with(&b_tag));
+    eprintln!(
+        "Wool's client polls with B {:?} after its files changed",
+        rotated.elapsed()
+    );
+    for _ in 0..5 {
+        wool.wait_for(Duration::from_secs(10), ok_with(&b_tag));
+    }
+    let (closed, after) = eventually(Duration::from_secs(10), || {
+        established_ports(port).is_disjoint(&before)
+    });
+    assert!(
+        closed,
+        "Wool's connection made with A is still open: {before:?} in {:?}",
+        established_ports(port)
+    );
+    eprintln!("Wool's connection made with A closed {after:?} after its first B poll");
+    for _ in 0..3 {
+        wool.wait_for(Duration::from_secs(10), ok_with(&b_tag));
+    }
+
+    // Wool's client holding only A material is refused (it does not trust the worker's new
+    // certificate), and so is one trusting B but presenting A's certificate (the worker no
+    // longer trusts it).
+    for (stale, what) in [(&stale_files, "A only"), (&stale_leaf_files, "A's leaf")] {
+        let mut stale_args = vec![repo_script("wool_client.py"), address.clone()];
+        stale_args.extend(stale.flags());
+        stale_args.push("expect-transient".into());
+        let refused = std::process::Command::new(common::wool_python("0.15.7"))
+            .args(&stale_args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&refused.stdout).into_owned();
+        eprintln!("Wool's client with {what}: {said}");
+        assert_eq!(refused.status.code(), Some(0), "{what}: {said}");
+        let mut said_lines = said.lines();
+        assert_eq!(
+            said_lines.next(),
+            Some("TransientRpcError"),
+            "{what}: {said}"
+        );
+        assert!(
+            said_lines
+                .next()
+                .is_some_and(|l| l.starts_with("detail: UNAVAILABLE")),
+            "{what}: {said}"
+        );
+    }
+
+    assert_eq!(wool.finish(Duration::from_secs(15)), Some(0));
+    assert_eq!(wool.seen.last().map(String::as_str), Some("done"));
+    let polls = &wool.seen[..wool.seen.len() - 1];
+    let failed: Vec<&String> = polls.iter().filter(|l| !l.starts_with("ok ")).collect();
+    assert!(failed.is_empty(), "Wool's polls failed: {failed:?}");
+    let (readings, tags): (Vec<f64>, Vec<&str>) = polls
+        .iter()
+        .map(|line| {
+            let mut fields = line.split(' ').skip(1);
+            let reading = fields.next().unwrap().parse::<f64>().unwrap();
+            (reading, fields.next().unwrap())
+        })
+        .unzip();
+    assert!(
+        readings.windows(2).all(|pair| pair[1] >= pair[0]) && readings[0] >= 0.0,
+        "idle readings went back: {readings:?}"
+    );
+    let first_b = tags.iter().position(|tag| *tag == b_tag).unwrap();
+    assert!(
+        tags[..first_b].iter().all(|tag| *tag == a_tag)
+            && tags[first_b..].iter().all(|tag| *tag == b_tag),
+        "material went A then B then back: {tags:?}"
+    );
+    eprintln!(
+        "Wool's client: {} polls answered ({first_b} with A, {} with B), none failed",
+        polls.len(),
+        polls.len() - first_b
+    );
+}
+
+/// `tests/interop/<name>` as an argument.
+fn repo_script(name: &str) -> String {
+    common::repo()
+        .join("tests/interop")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// Readings of `connection.idle` every 20 ms until `stop`: (readings, failures).
+fn poll_readings(
+    connection: Arc<WorkerConnection>,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<(Vec<f64>, Vec<String>)> {
+    tokio::spawn(async move {
+        let (mut readings, mut failures) = (Vec::new(), Vec::new());
+        while !stop.load(Ordering::Relaxed) {
+            match connection.idle(Some(Duration::from_secs(5))).await {
+                Ok(seconds) => readings.push(seconds),
+                Err(error) => failures.push(format!("{:?}: {error}", error.kind())),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        (readings, failures)
+    })
+}
+
+/// Given a real Wool 0.15.7 worker (`LocalWorker`) serving mutual TLS through a reloadable
+/// `WorkerCredentialsProvider` over files of CA A (`fresh_for` 0.2 s) and our connection
+/// polling it with reloadable credentials over files of CA A, when the worker's files are
+/// rotated to CA B and then the client's, then not one of our polls fails: Wool's worker
+/// answers a new B connection once its provider has read the files again, our connection
+/// made with A carries on meanwhile, and within our reload interval our client dials anew
+/// (the connection made with A closes) and its polls go on; the idle readings never go back
+/// (the same worker throughout). A client trusting only CA A, or presenting A's certificate,
+/// is refused with `ErrorKind::Handshake`.
+#[test]
+fn our_reloadable_client_polls_a_wool_worker_with_reloadable_credentials_through_a_ca_rotation() {
+    use common::python_peer::PythonPeer;
+    let runtime = common::runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let (ca_a, ca_b) = (new_ca("ca-a"), new_ca("ca-b"));
+    let (a_pem, b_pem) = (ca_a.pem(), ca_b.pem());
+    let both = format!("{a_pem}{b_pem}");
+    let worker_b = new_leaf(&ca_b, dir.path(), "worker-b");
+    let client_a = new_leaf(&ca_a, dir.path(), "client-a");
+    let client_b = new_leaf(&ca_b, dir.path(), "client-b");
+    let worker_files = Files::write(
+        &dir.path().join("worker"),
+        &a_pem,
+        &new_leaf(&ca_a, dir.path(), "worker-a"),
+    );
+    let client_files = Files::write(&dir.path().join("client"), &a_pem, &client_a);
+    let mut args = worker_files.flags();
+    args.extend(["--reloadable", "--fresh-for", "0.2"].map(String::from));
+    let mut wool = PythonPeer::spawn("0.15.7", "wool_worker.py", &args);
+    let address = wool.wait_for(Duration::from_secs(90), |_| true);
+    assert!(!address.starts_with("error"), "Wool's worker: {address}");
+    let port = port_of(&address);
+
+    let rotating = Arc::new(
+        WorkerConnection::with_credentials(&address, Some(client_files.reloadable())).unwrap(),
+    );
+    runtime
+        .block_on(rotating.idle(Some(Duration::from_secs(5))))
+        .unwrap();
+    let before = established_ports(port);
+    assert!(!before.is_empty(), "our client holds no connection");
+    let stop = Arc::new(AtomicBool::new(false));
+    let poller =
+        runtime.block_on(async { poll_readings(Arc::clone(&rotating), Arc::clone(&stop)) });
+    std::thread::sleep(Duration::from_millis(300));
+
+    // The worker's files to CA B: Wool's provider reads them again on a handshake once
+    // fresh_for has passed.
+    worker_files.rotate_to(&b_pem, &worker_b);
+    let served = first_answer_with(&runtime, &address, || client_mutual(&b_pem, &client_b));
+    eprintln!("Wool's worker serves B {served:?} after its files changed");
+    // Our connection made with A carries on.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        before.is_subset(&established_ports(port)),
+        "Wool's worker closed the connection made with A"
+    );
+
+    // The client's files to CA B: our client takes them within its reload interval.
+    client_files.rotate_to(&b_pem, &client_b);
+    let (closed, after) = eventually(Duration::from_secs(10), || {
+        established_ports(port).is_disjoint(&before)
+    });
+    assert!(
+        closed,
+        "our connection made with A is still open: {before:?} in {:?}",
+        established_ports(port)
+    );
+    eprintln!("our connection made with A closed {after:?} after the client's files changed");
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let (readings, failures) = runtime.block_on(poller).unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} polls failed: {failures:?}",
+        failures.len()
+    );
+    assert!(
+        readings.len() > 20,
+        "only {} polls answered",
+        readings.len()
+    );
+    assert!(
+        readings.windows(2).all(|pair| pair[1] >= pair[0]) && readings[0] >= 0.0,
+        "idle readings went back: {readings:?}"
+    );
+    eprintln!("our client: {} polls answered, none failed", readings.len());
+    runtime
+        .block_on(rotating.idle(Some(Duration::from_secs(5))))
+        .unwrap();
+
+    // A client pinned to the old CA is refused: it cannot verify the worker's certificate.
+    // One presenting A's certificate is refused too, but by the worker after the client's
+    // TLS 1.3 handshake is over: grpcio closes the connection without an alert, so our client
+    // sees a connection that went away (Transient), as Wool's own client does
+    // (`TransientRpcError`, UNAVAILABLE).
+    for (credentials, what, kind) in [
+        (
+            client_mutual(&a_pem, &client_a),
+            "A only",
+            ErrorKind::Handshake,
+        ),
+        (
+            client_mutual(&both, &client_a),
+            "A's leaf",
+            ErrorKind::Transient,
+        ),
+    ] {
+        let stale = fresh_connection(&address, credentials);
+        let refused = runtime
+            .block_on(stale.idle(Some(Duration::from_secs(5))))
+            .unwrap_err();
+        eprintln!("our client with {what}: {refused}");
+        assert_eq!(refused.kind(), kind, "{what}: {refused}");
+    }
+    assert!(
+        wool.child.try_wait().unwrap().is_none(),
+        "Wool's worker ended"
+    );
+    assert_eq!(wool.finish(Duration::from_secs(30)), Some(0));
+    assert_eq!(
+        wool.seen.last().map(String::as_str),
+        Some("stopped local"),
+        "{:?}",
+        wool.seen
+    );
+}

@@ -3,6 +3,7 @@
 
 pub mod hostile;
 pub mod netns;
+pub mod python_peer;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

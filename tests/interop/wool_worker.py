@@ -3,7 +3,8 @@
 
 Usage (from a venv made by scripts/setup-venvs.sh; works with wool 0.15.7 and 0.13.1):
 
-    python wool_worker.py [--tls-ca CA --tls-cert CERT --tls-key KEY [--one-way]]
+    python wool_worker.py [--tls-ca CA --tls-cert CERT --tls-key KEY [--one-way]
+                          [--reloadable [--fresh-for S]]]
                           [--host HOST] [--busy SECONDS] [--print-uds] [--ignore-stdin]
                           [--ping-floor-ms MS]
 
@@ -24,6 +25,12 @@ RPC, or after it stopped the worker itself because it got SIGTERM/SIGINT or its 
 reached end-of-file. Stdin is watched only when it is a pipe, a socket or a terminal (so
 a test that spawns this with a piped stdin and drops the pipe takes the worker down with
 it); --ignore-stdin turns that off. Logs (Wool's own included) go to stderr.
+
+--reloadable (wool >= 0.15) serves the TLS files through Wool's own
+``WorkerCredentialsProvider(factory, reloadable=True, fresh_for=S)``, the factory being
+``WorkerCredentials.from_files`` over the same paths: new connections get the files'
+material as it was at most --fresh-for seconds before their handshake; established
+connections keep theirs.
 
 --busy SECONDS dispatches, through Wool's own client API (a ``wool.WorkerProxy`` built on
 this worker's ``WorkerMetadata``, a ``wool.Task`` wrapping the ``@wool.routine``
@@ -69,13 +76,36 @@ async def busy_sleep(seconds: float) -> float:
 def load_credentials(args: argparse.Namespace):
     given = [args.tls_ca, args.tls_cert, args.tls_key]
     if not any(given):
-        if args.one_way:
-            raise SystemExit("error: --one-way needs --tls-ca, --tls-cert and --tls-key")
+        if args.one_way or args.reloadable:
+            raise SystemExit("error: --one-way and --reloadable need --tls-ca, --tls-cert "
+                             "and --tls-key")
         return None
     if not all(given):
         raise SystemExit("error: --tls-ca, --tls-cert and --tls-key go together")
     from wool.runtime.worker.auth import WorkerCredentials
 
+    if args.reloadable:
+        # Wool >= 0.15: the provider its docstring shows for material that rotates out of
+        # band, a factory reading the files again once `fresh_for` has passed. The worker
+        # serves it through grpc.dynamic_ssl_server_credentials, whose fetcher asks the
+        # provider on every handshake.
+        import datetime
+        import functools
+
+        from wool.runtime.worker.auth import WorkerCredentialsProvider
+
+        factory = functools.partial(
+            WorkerCredentials.from_files,
+            args.tls_ca,
+            args.tls_key,
+            args.tls_cert,
+            not args.one_way,
+        )
+        return WorkerCredentialsProvider(
+            factory,
+            reloadable=True,
+            fresh_for=datetime.timedelta(seconds=args.fresh_for),
+        )
     # Note the order: from_files(ca_path, key_path, cert_path, mutual=True).
     return WorkerCredentials.from_files(
         ca_path=args.tls_ca,
@@ -284,7 +314,16 @@ def main() -> int:
                              "(wool >= 0.14; Wool's default is 30000)")
     parser.add_argument("--ignore-stdin", action="store_true",
                         help="do not stop the worker when stdin closes")
+    parser.add_argument("--reloadable", action="store_true",
+                        help="serve a reloadable WorkerCredentialsProvider over the TLS files "
+                             "(wool >= 0.15): rotated files are adopted by new connections")
+    parser.add_argument("--fresh-for", type=float, default=1.0, metavar="S",
+                        help="with --reloadable, the provider's fresh_for: how long material "
+                             "read from the files is served before they are read again "
+                             "(Wool's default is 1 s)")
     args = parser.parse_args()
+    if args.fresh_for < 0:
+        parser.error("--fresh-for must be >= 0")
     if args.busy is not None and args.busy < 0:
         parser.error("--busy must be >= 0")
     try:
