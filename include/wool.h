@@ -38,6 +38,29 @@
 #define WOOL_DISCOVERY_LAN 1
 
 /**
+ * wool_worker_info.refusal: the admission gate admits the worker.
+ */
+#define WOOL_DISCOVERY_REFUSAL_NONE 0
+
+/**
+ * wool_worker_info.refusal: refused on security (it serves TLS and the listing had no
+ * credentials, or it advertises plaintext and the listing had credentials).
+ */
+#define WOOL_DISCOVERY_REFUSAL_SECURITY 1
+
+/**
+ * wool_worker_info.refusal: refused on version (not PEP 440, or incompatible with this
+ * library's protocol version).
+ */
+#define WOOL_DISCOVERY_REFUSAL_VERSION 2
+
+/**
+ * wool_worker_info.refusal: refused on identity (the credentials' peers policy does not
+ * accept the name it advertises, or it advertises none).
+ */
+#define WOOL_DISCOVERY_REFUSAL_IDENTITY 3
+
+/**
  * wool_watch_next: nothing happened within the timeout.
  */
 #define WOOL_DISCOVERY_EVENT_NONE 0
@@ -191,7 +214,8 @@ typedef struct wool_worker_list wool_worker_list;
  * One discovered worker (Wool's WorkerMetadata). Every string is NUL-terminated UTF-8, never
  * NULL, and lives as long as the list or watch event it came from. Pass it to
  * wool_connect_worker to reach the worker. A host may also fill one itself for
- * wool_connect_worker (only `address`, `secure` and `identity` are read).
+ * wool_connect_worker (only `address`, `version`, `secure` and `identity` are read; the
+ * fields after `identity` never are).
  */
 typedef struct {
   /**
@@ -226,6 +250,16 @@ typedef struct {
    * The name its certificate is issued for; "" when it advertises none.
    */
   const char *identity;
+  /**
+   * The admission gate's verdict for the credentials the listing or watch was made with
+   * (none for wool_discover and wool_watch_new): WOOL_DISCOVERY_REFUSAL_NONE when admitted, else
+   * WOOL_DISCOVERY_REFUSAL_SECURITY, _VERSION or _IDENTITY. A refused worker is never connected.
+   */
+  int refusal;
+  /**
+   * Why it was refused, e.g. `identity "w2" (accepted peers: w1)`; "" when admitted.
+   */
+  const char *refusal_reason;
 } wool_worker_info;
 
 /**
@@ -458,6 +492,26 @@ wool_status wool_credentials_from_files(const char *ca_path, const char *key_pat
 wool_status wool_credentials_from_files_reloadable(const char *ca_path, const char *key_path, const char *cert_path, bool mutual, const char *identity, wool_credentials **out);
 
 /**
+ * Makes a copy of `credentials` carrying a peers policy (Wool's `peers`) and writes it to
+ * `*out`: discovery (wool_discover_admitted, wool_connect_worker) then admits a discovered
+ * worker only if it advertises one of the `count` names in `peers` (each trimmed of
+ * surrounding whitespace), and verifies its certificate against that name, unless the
+ * credentials carry an identity, which always wins. A worker advertising no name is refused.
+ * `credentials` is unchanged and may be freed independently; free the copy with
+ * wool_credentials_free.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT when `credentials`, `peers`, an entry of it or `out`
+ * is NULL, an entry is not UTF-8, blank or longer than 253 bytes, or `count` is 0 or more
+ * than 4096 (an empty policy would admit nothing; Wool's would admit everything: both are
+ * refused).
+ *
+ * # Safety
+ * `credentials` must be NULL or live; `peers` NULL or an array of `count` pointers, each NULL
+ * or NUL-terminated; `out` NULL or writable.
+ */
+wool_status wool_credentials_with_peers(const wool_credentials *credentials, const char *const *peers, size_t count, wool_credentials **out);
+
+/**
  * Releases credentials. NULL is a no-op. Connections made with them keep their own copy.
  *
  * # Safety
@@ -472,6 +526,8 @@ void wool_credentials_free(wool_credentials *credentials);
  * registry lists as empty), or DNS-SD over multicast DNS (WOOL_DISCOVERY_LAN), listening
  * `listen_seconds` for answers (0 = the default, 1.5 s; ignored for LOCAL). Sorted by address.
  * Records that cannot be read (half-written, foreign) are skipped. Blocks the calling thread.
+ * Each worker's `refusal` is the admission gate's verdict for a caller without credentials
+ * (as wool_discover_admitted with NULL credentials).
  *
  * Returns WOOL_STATUS_INVALID_ARGUMENT (NULL or non-UTF-8 `namespace_`, an empty namespace,
  * an unknown backend, a negative, NaN or infinite `listen_seconds`, NULL `out`) or
@@ -481,6 +537,37 @@ void wool_credentials_free(wool_credentials *credentials);
  * `namespace_` must be NULL or NUL-terminated; `out` NULL or writable.
  */
 wool_status wool_discover(const char *namespace_, int backend, double listen_seconds, wool_worker_list **out);
+
+/**
+ * As wool_discover, each worker's `refusal` and `refusal_reason` being the admission gate's
+ * verdict (as Wool's WorkerProxy's) for a caller holding `credentials` (NULL = none):
+ * security (with credentials only workers advertising `secure`, without only plaintext ones),
+ * then version, then identity (with a peers policy from wool_credentials_with_peers, only a
+ * worker advertising an accepted name). Refused workers are listed, so that a host can say
+ * why; wool_connect_worker and wool_worker_list_connect refuse to connect them.
+ *
+ * Returns as wool_discover.
+ *
+ * # Safety
+ * As wool_discover; `credentials` NULL or live.
+ */
+wool_status wool_discover_admitted(const char *namespace_, int backend, double listen_seconds, const wool_credentials *credentials, wool_worker_list **out);
+
+/**
+ * Makes a handle to the worker at `index` in `list` and writes it to `*out`, as
+ * wool_connect_worker, but from the whole record: the worker's advertised channel options
+ * (local registry records carry them) tighten `options` (NULL = Wool's defaults); an
+ * advertised value never loosens one of the caller's (the receive limit is never raised).
+ * No I/O.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT when `list` or `out` is NULL, `index` is out of range,
+ * or the admission gate refuses the worker for `credentials` (its refusal in the message).
+ *
+ * # Safety
+ * `list` NULL or a live list; `credentials` and `options` NULL or live; `out` NULL or
+ * writable.
+ */
+wool_status wool_worker_list_connect(const wool_worker_list *list, size_t index, const wool_credentials *credentials, const wool_channel_options *options, wool_connection **out);
 
 /**
  * The number of workers in `list` (0 for NULL).
@@ -509,18 +596,25 @@ const wool_worker_info *wool_worker_list_get(const wool_worker_list *list, size_
 void wool_worker_list_free(wool_worker_list *list);
 
 /**
- * Makes a handle to a discovered worker and writes it to `*out`, as Wool's pool reaches a
- * discovered worker: over TLS with `credentials` when `worker->secure` (verified against
- * `worker->identity` when it is not "", else the credentials' identity or the address),
- * plaintext otherwise (`credentials` then unused). `options` NULL = Wool's defaults. No I/O.
+ * Makes a handle to a discovered worker and writes it to `*out`, as Wool's WorkerProxy reaches
+ * a worker it admitted. The worker must pass the admission gate for `credentials` (see
+ * wool_discover_admitted): with credentials it must advertise `secure` and is reached over
+ * TLS with them (never in plaintext because the record says so), without it must be
+ * plaintext; its `version` must be a compatible PEP 440 version (NULL is refused); under a
+ * peers policy its `identity` must be an accepted name. The certificate is verified against
+ * the credentials' identity when set, else (under a peers policy) the advertised identity,
+ * else the address: with no policy the advertised identity is ignored. `options` NULL =
+ * Wool's defaults (the advertised options are not in wool_worker_info: use
+ * wool_worker_list_connect for them). No I/O.
  *
  * Returns WOOL_STATUS_INVALID_ARGUMENT when `worker` or `out` is NULL, its address is NULL,
- * not UTF-8 or not a target, its identity is not a DNS name or IP address, or it is secure and
- * `credentials` is NULL.
+ * not UTF-8 or not a target, the name to verify is not a DNS name or IP address, or the gate
+ * refuses the worker (its refusal in the message).
  *
  * # Safety
- * `worker` must be NULL or point to a wool_worker_info whose `address` and `identity` are NULL
- * or NUL-terminated; `credentials` NULL or live; `options` NULL or live; `out` NULL or writable.
+ * `worker` must be NULL or point to a wool_worker_info whose `address`, `version` and
+ * `identity` are NULL or NUL-terminated; `credentials` NULL or live; `options` NULL or live;
+ * `out` NULL or writable.
  */
 wool_status wool_connect_worker(const wool_worker_info *worker, const wool_credentials *credentials, const wool_channel_options *options, wool_connection **out);
 
@@ -536,6 +630,18 @@ wool_status wool_connect_worker(const wool_worker_info *worker, const wool_crede
  * `namespace_` must be NULL or NUL-terminated; `out` NULL or writable.
  */
 wool_status wool_watch_new(const char *namespace_, int backend, wool_watch **out);
+
+/**
+ * As wool_watch_new, each event's worker carrying the admission gate's verdict for a caller
+ * holding `credentials` (NULL = none; copied, so they may be freed right after), as
+ * wool_discover_admitted.
+ *
+ * Returns as wool_watch_new.
+ *
+ * # Safety
+ * As wool_watch_new; `credentials` NULL or live.
+ */
+wool_status wool_watch_new_admitted(const char *namespace_, int backend, const wool_credentials *credentials, wool_watch **out);
 
 /**
  * Waits up to `timeout_seconds` (0 = do not wait, INFINITY = as long as it takes) for the

@@ -443,3 +443,111 @@ fn results_that_cannot_be_written_fail_the_run() {
         stderr(&output)
     );
 }
+
+/// Given a plaintext Wool pool and a TLS one whose workers advertise an identity, when woolctl
+/// discovers and reaps them with credentials (the TLS one under a `--peer` naming someone
+/// else), then `discover` shows each worker refused with its reason, the reaps poll and stop
+/// nothing (a record saying plaintext never makes woolctl drop its credentials and stop the
+/// worker in cleartext), and every worker still answers afterwards.
+#[test]
+fn reap_stops_no_worker_the_admission_gate_refuses() {
+    let pki = Pki::generate();
+    let ca = pki.ca_path.display().to_string();
+    let cert = pki.named_leaf.cert_path.display().to_string();
+    let key = pki.named_leaf.key_path.display().to_string();
+    let plain_ns = unique_namespace("refused-plain");
+    let _plain = WoolPool::start(&plain_ns, 2, &[], None);
+    let tls_ns = unique_namespace("refused-peer");
+    let _tls = WoolPool::start(
+        &tls_ns,
+        2,
+        &[
+            "--tls-ca",
+            &ca,
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--identity",
+            common::NAMED_LEAF_IDENTITY,
+        ],
+        None,
+    );
+    let tls_flags = [
+        "--tls-ca-cert",
+        &ca,
+        "--tls-client-cert",
+        &cert,
+        "--tls-client-key",
+        &key,
+    ];
+    std::thread::sleep(Duration::from_millis(1200)); // idle past the threshold below
+    for (namespace, peer) in [(&plain_ns, None), (&tls_ns, Some("someone-else"))] {
+        let mut flags: Vec<&str> = tls_flags.to_vec();
+        if let Some(peer) = peer {
+            flags.extend(["--peer", peer]);
+        }
+        let listed = woolctl(&[&["discover", namespace, "--output", "json"], &flags[..]].concat());
+        assert_eq!(code(&listed), 0, "{}", stderr(&listed));
+        let lines = json_lines(&listed);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        let arm = if peer.is_some() {
+            "identity"
+        } else {
+            "security"
+        };
+        for line in &lines {
+            assert_eq!(line["admission"]["admitted"], false, "{line}");
+            assert_eq!(line["admission"]["arm"], arm, "{line}");
+        }
+        if peer.is_some() {
+            let reason = lines[0]["admission"]["reason"].as_str().unwrap();
+            assert!(reason.contains("accepted peers: someone-else"), "{reason}");
+        }
+        assert!(
+            stderr(&listed).contains("2 of 2 workers refused"),
+            "{}",
+            stderr(&listed)
+        );
+        let reap = woolctl(
+            &[
+                &[
+                    "reap",
+                    "--idle-over",
+                    "1s",
+                    "--grace",
+                    "0",
+                    "--namespace",
+                    namespace,
+                ][..],
+                &["--output", "json"],
+                &flags[..],
+            ]
+            .concat(),
+        );
+        assert!(
+            json_lines(&reap).is_empty(),
+            "nothing polled or stopped: {}",
+            stdout(&reap)
+        );
+        let err = stderr(&reap);
+        assert_eq!(err.matches("not admitting worker").count(), 2, "{err}");
+        assert!(err.contains(&format!("incompatible {arm}")), "{err}");
+    }
+    // Every worker still answers: plaintext ones without credentials, the TLS ones under a
+    // policy accepting the name they advertise.
+    let plain = woolctl(&["sweep", "--namespace", &plain_ns, "--output", "json"]);
+    assert_eq!(code(&plain), 0, "{}", stderr(&plain));
+    assert_eq!(json_lines(&plain).len(), 2);
+    let named = woolctl(
+        &[
+            &["sweep", "--namespace", &tls_ns, "--output", "json"][..],
+            &tls_flags[..],
+            &["--peer", common::NAMED_LEAF_IDENTITY],
+        ]
+        .concat(),
+    );
+    assert_eq!(code(&named), 0, "{}", stderr(&named));
+    assert!(json_lines(&named).iter().all(|l| l["ok"] == true));
+    assert_eq!(json_lines(&named).len(), 2);
+}

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use futures_util::StreamExt;
 use serde_json::json;
-use wool::connection::ChannelOptions;
+use wool::connection::{ChannelOptions, Peers};
 use wool::fleet::discovery::{
-    DiscoveredWorker, Discovery, DiscoveryEvent, LanDiscovery, LocalDiscovery,
+    DiscoveredWorker, Discovery, DiscoveryEvent, LanDiscovery, LocalDiscovery, Refusal,
 };
 use wool::fleet::{parse_duration, retire, sweep_observed, Decision, RetirePolicy, SweepOptions};
 use wool::Grace;
@@ -51,6 +51,15 @@ struct Global {
     /// Name to verify the worker's certificate against instead of its address.
     #[arg(long, global = true, value_name = "NAME")]
     tls_server_name: Option<String>,
+    /// A worker name to accept from discovery (repeatable; Wool's `peers`): a discovered
+    /// worker is then admitted only if it advertises one of these names, and is verified
+    /// against it (unless --tls-server-name is given, which wins). Needs --tls-ca-cert.
+    #[arg(long = "peer", global = true, value_name = "NAME")]
+    peers: Vec<String>,
+    /// With --lan: also list workers whose advertised address is loopback, unspecified or
+    /// link-local (refused by default: any host of the link can publish a record).
+    #[arg(long, global = true)]
+    lan_allow_local: bool,
     /// Limit on establishing each connection (e.g. 5s, 500ms, 2).
     #[arg(long, global = true, value_parser = parse_duration, default_value = "5s")]
     connect_timeout: Duration,
@@ -197,6 +206,7 @@ struct Context {
     output: Output,
     credentials: Option<WorkerCredentials>,
     options: ChannelOptions,
+    lan_allow_local: bool,
     rpc_timeout: Duration,
     max_in_flight: usize,
 }
@@ -204,9 +214,13 @@ struct Context {
 impl Context {
     fn new(global: &Global) -> Result<Self, Failure> {
         let credentials = match &global.tls_ca_cert {
-            None if global.tls_client_cert.is_some() || global.tls_server_name.is_some() => {
+            None if global.tls_client_cert.is_some()
+                || global.tls_server_name.is_some()
+                || !global.peers.is_empty() =>
+            {
                 return Err(Failure::Usage(
-                    "--tls-client-cert, --tls-client-key and --tls-server-name need --tls-ca-cert"
+                    "--tls-client-cert, --tls-client-key, --tls-server-name and --peer need \
+                     --tls-ca-cert"
                         .into(),
                 ))
             }
@@ -219,6 +233,12 @@ impl Context {
                 global.tls_server_name.as_deref(),
             )?),
         };
+        let credentials = match credentials {
+            Some(credentials) if !global.peers.is_empty() => {
+                Some(credentials.with_peers(Peers::names(&global.peers)?))
+            }
+            credentials => credentials,
+        };
         let mut options = ChannelOptions::default();
         if global.connect_timeout.is_zero() || global.rpc_timeout.is_zero() {
             return Err(Failure::Usage(
@@ -230,6 +250,7 @@ impl Context {
             output: global.output,
             credentials,
             options,
+            lan_allow_local: global.lan_allow_local,
             rpc_timeout: global.rpc_timeout,
             max_in_flight: usize::try_from(global.max_in_flight).unwrap_or(usize::MAX),
         })
@@ -254,18 +275,30 @@ impl Context {
             .collect()
     }
 
+    /// The workers of a pool that the admission gate admits for these credentials; each one
+    /// refused is named on stderr with why, and is never polled or stopped.
     fn members_of_pool(&self, discovery: &Discovery) -> Result<Vec<Member>, Failure> {
-        let workers = discovery.list().map_err(|e| {
-            eprintln!("woolctl: {e}");
-            Failure::Some
-        })?;
-        if workers.is_empty() {
+        let admission = discovery
+            .list_admitted(self.credentials.as_ref())
+            .map_err(|e| {
+                eprintln!("woolctl: {e}");
+                Failure::Some
+            })?;
+        for (worker, refusal) in &admission.refused {
             eprintln!(
-                "woolctl: no workers found in namespace {:?}",
-                discovery.namespace()
+                "woolctl: not admitting worker {} at {}: incompatible {refusal}",
+                worker.uid, worker.address
             );
         }
-        Ok(workers
+        if admission.admitted.is_empty() {
+            eprintln!(
+                "woolctl: no admitted workers in namespace {:?} ({} refused)",
+                discovery.namespace(),
+                admission.refused.len()
+            );
+        }
+        Ok(admission
+            .admitted
             .into_iter()
             .map(|worker| Member {
                 target: worker.address.clone(),
@@ -277,7 +310,12 @@ impl Context {
 
     fn members(&self, fleet: &Fleet) -> Result<Vec<Member>, Failure> {
         match &fleet.namespace {
-            Some(namespace) => self.members_of_pool(&discovery(namespace, fleet.lan, None)?),
+            Some(namespace) => self.members_of_pool(&discovery(
+                namespace,
+                fleet.lan,
+                None,
+                self.lan_allow_local,
+            )?),
             None if fleet.lan => Err(Failure::Usage("--lan needs --namespace".into())),
             None => self.members_of_targets(&fleet.addresses),
         }
@@ -300,9 +338,14 @@ impl Context {
     }
 }
 
-fn discovery(namespace: &str, lan: bool, listen: Option<Duration>) -> Result<Discovery, Failure> {
+fn discovery(
+    namespace: &str,
+    lan: bool,
+    listen: Option<Duration>,
+    allow_local: bool,
+) -> Result<Discovery, Failure> {
     Ok(if lan {
-        let lan = LanDiscovery::new(namespace)?;
+        let lan = LanDiscovery::new(namespace)?.allow_local_addresses(allow_local);
         Discovery::Lan(match listen {
             Some(listen) => lan.listen_for(listen),
             None => lan,
@@ -436,23 +479,48 @@ fn print_idle(context: &Context, members: &[Member], outcomes: &[Result<f64, Err
     all_ok
 }
 
-fn print_discovered(output: Output, worker: &DiscoveredWorker, event: Option<&str>) {
+/// A discovered worker's line; `refusal` is the admission gate's verdict for the credentials
+/// given (JSON: an `admission` object, `{"admitted": true}` or `{"admitted": false, "arm": ...,
+/// "reason": ...}`; table: an ADMISSION column, `ok` or `refused:<arm>`).
+fn print_discovered(
+    output: Output,
+    worker: &DiscoveredWorker,
+    refusal: Option<&Refusal>,
+    event: Option<&str>,
+) {
+    let admission = match refusal {
+        None => json!({ "admitted": true }),
+        Some(refusal) => json!({
+            "admitted": false,
+            "arm": refusal.arm(),
+            "reason": refusal.to_string(),
+            "refusal": refusal,
+        }),
+    };
     match output {
-        Output::Json => match event {
-            None => print_line(serde_json::to_string(worker).expect("serializes")),
-            Some(event) => print_line(json!({ "event": event, "worker": worker })),
-        },
+        Output::Json => {
+            let mut object = serde_json::to_value(worker).expect("serializes");
+            object["admission"] = admission;
+            match event {
+                None => print_line(object),
+                Some(event) => print_line(json!({ "event": event, "worker": object })),
+            }
+        }
         Output::Table => {
             let tags = worker.tags.iter().cloned().collect::<Vec<_>>().join(",");
             let prefix = event.map(|e| format!("{e:<15} ")).unwrap_or_default();
             print_line(format!(
-                "{prefix}{:<36}  {:<21}  {:>7}  {:<8}  {:<6}  {:<16}  {}",
+                "{prefix}{:<36}  {:<21}  {:>7}  {:<8}  {:<6}  {:<16}  {:<17}  {}",
                 worker.uid,
                 worker.address,
                 worker.pid,
                 worker.version,
                 if worker.secure { "tls" } else { "plain" },
                 worker.identity.as_deref().unwrap_or("-"),
+                match refusal {
+                    None => "ok".to_string(),
+                    Some(refusal) => format!("refused:{}", refusal.arm()),
+                },
                 if tags.is_empty() {
                     "-".to_string()
                 } else {
@@ -465,7 +533,7 @@ fn print_discovered(output: Output, worker: &DiscoveredWorker, event: Option<&st
 
 fn discovered_header(event: bool) {
     print_line(format!(
-        "{}{:<36}  {:<21}  {:>7}  {:<8}  {:<6}  {:<16}  {}",
+        "{}{:<36}  {:<21}  {:>7}  {:<8}  {:<6}  {:<16}  {:<17}  {}",
         if event {
             format!("{:<15} ", "EVENT")
         } else {
@@ -477,6 +545,7 @@ fn discovered_header(event: bool) {
         "VERSION",
         "SERVES",
         "IDENTITY",
+        "ADMISSION",
         "TAGS"
     ));
 }
@@ -592,9 +661,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             watch,
             listen,
         } => {
-            let discovery = discovery(&namespace, lan, Some(listen))?;
+            let discovery = discovery(&namespace, lan, Some(listen), context.lan_allow_local)?;
             if watch {
-                return watch_pool(context.output, &discovery).await;
+                return watch_pool(&context, &discovery).await;
             }
             let workers = discovery.list().map_err(|e| {
                 eprintln!("woolctl: {e}");
@@ -606,8 +675,18 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             if context.output == Output::Table {
                 discovered_header(false);
             }
+            let mut refused = 0;
             for worker in &workers {
-                print_discovered(context.output, worker, None);
+                let refusal = worker.refusal(context.credentials.as_ref());
+                refused += usize::from(refusal.is_some());
+                print_discovered(context.output, worker, refusal.as_ref(), None);
+            }
+            if refused > 0 {
+                eprintln!(
+                    "woolctl: {refused} of {} workers refused by the admission gate (never \
+                     polled or stopped with these credentials)",
+                    workers.len()
+                );
             }
             true
         }
@@ -676,7 +755,8 @@ async fn reap_round(
 }
 
 /// Prints a watch's events until SIGINT or SIGTERM.
-async fn watch_pool(output: Output, discovery: &Discovery) -> Result<(), Failure> {
+async fn watch_pool(context: &Context, discovery: &Discovery) -> Result<(), Failure> {
+    let output = context.output;
     let watch = discovery.watch().map_err(|e| {
         eprintln!("woolctl: {e}");
         Failure::Some
@@ -697,7 +777,8 @@ async fn watch_pool(output: Output, discovery: &Discovery) -> Result<(), Failure
                     DiscoveryEvent::Updated(_) => "worker-updated",
                     DiscoveryEvent::Dropped(_) => "worker-dropped",
                 };
-                print_discovered(output, event.worker(), Some(name));
+                let refusal = event.worker().refusal(context.credentials.as_ref());
+                print_discovered(output, event.worker(), refusal.as_ref(), Some(name));
             }
             () = signals.recv() => return Ok(()),
         }

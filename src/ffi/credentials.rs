@@ -1,5 +1,6 @@
 //! `wool_credentials`: `wool_credentials_from_pem`, `wool_credentials_from_files`,
-//! `wool_credentials_from_files_reloadable`, `wool_credentials_free`.
+//! `wool_credentials_from_files_reloadable`, `wool_credentials_with_peers`,
+//! `wool_credentials_free`.
 
 use std::ffi::c_char;
 use std::path::Path;
@@ -212,6 +213,61 @@ unsafe fn credentials_from_files(
             texts.identity,
         )?;
         set_boxed(out, wool_credentials { inner });
+        Ok(())
+    })
+}
+
+/// The most names wool_credentials_with_peers takes (the peers policy's own limit).
+const MAX_PEER_NAMES: usize = 4096;
+
+/// Makes a copy of `credentials` carrying a peers policy (Wool's `peers`) and writes it to
+/// `*out`: discovery (wool_discover_admitted, wool_connect_worker) then admits a discovered
+/// worker only if it advertises one of the `count` names in `peers` (each trimmed of
+/// surrounding whitespace), and verifies its certificate against that name, unless the
+/// credentials carry an identity, which always wins. A worker advertising no name is refused.
+/// `credentials` is unchanged and may be freed independently; free the copy with
+/// wool_credentials_free.
+///
+/// Returns WOOL_STATUS_INVALID_ARGUMENT when `credentials`, `peers`, an entry of it or `out`
+/// is NULL, an entry is not UTF-8, blank or longer than 253 bytes, or `count` is 0 or more
+/// than 4096 (an empty policy would admit nothing; Wool's would admit everything: both are
+/// refused).
+///
+/// # Safety
+/// `credentials` must be NULL or live; `peers` NULL or an array of `count` pointers, each NULL
+/// or NUL-terminated; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn wool_credentials_with_peers(
+    credentials: *const wool_credentials,
+    peers: *const *const c_char,
+    count: usize,
+    out: *mut *mut wool_credentials,
+) -> wool_status {
+    ffi_panic_boundary!("wool_credentials_with_peers", {
+        // SAFETY (all): the caller's contract above.
+        let credentials = unsafe { super::try_ref(credentials, "credentials") }?;
+        let out = unsafe { try_mut(out, "out") }?;
+        if peers.is_null() {
+            return Err(crate::connection::Error::invalid_argument("peers is NULL"));
+        }
+        if count == 0 || count > MAX_PEER_NAMES {
+            return Err(crate::connection::Error::invalid_argument(format!(
+                "count must be 1 to {MAX_PEER_NAMES} peer names, got {count}"
+            )));
+        }
+        let pointers = unsafe { std::slice::from_raw_parts(peers, count) };
+        let names = pointers
+            .iter()
+            .enumerate()
+            .map(|(i, &name)| unsafe { try_str(name, &format!("peers[{i}]")) })
+            .collect::<Result<Vec<&str>, _>>()?;
+        let policy = crate::connection::Peers::names(names)?;
+        set_boxed(
+            out,
+            wool_credentials {
+                inner: credentials.inner.with_peers(policy),
+            },
+        );
         Ok(())
     })
 }

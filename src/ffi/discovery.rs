@@ -1,5 +1,6 @@
-//! Discovery in the C ABI: `wool_discover` (a listing), `wool_watch_*` (joins and leaves),
-//! `wool_connect_worker` (a handle to a discovered worker, TLS as it advertises).
+//! Discovery in the C ABI: `wool_discover` / `wool_discover_admitted` (a listing, each worker
+//! with the admission gate's verdict), `wool_watch_*` (joins and leaves), `wool_connect_worker`
+//! and `wool_worker_list_connect` (a handle to a worker the gate admits).
 
 use std::ffi::{c_char, c_int, CString};
 use std::sync::Mutex;
@@ -9,9 +10,10 @@ use super::connection::wool_connection;
 use super::credentials::wool_credentials;
 use super::options::wool_channel_options;
 use super::{ffi_panic_boundary, free_boxed, set_boxed, try_mut, try_ref, try_str, wool_status};
+use crate::connection::WorkerCredentials;
 use crate::connection::{Error, WorkerConnection};
 use crate::fleet::discovery::{
-    DiscoveredWorker, Discovery, DiscoveryEvent, LanDiscovery, LocalDiscovery, Watch,
+    DiscoveredWorker, Discovery, DiscoveryEvent, LanDiscovery, LocalDiscovery, Refusal, Watch,
 };
 
 /// wool_discover / wool_watch_new backend: the shared-memory registry on this host (Wool's
@@ -19,6 +21,18 @@ use crate::fleet::discovery::{
 pub const WOOL_DISCOVERY_LOCAL: c_int = 0;
 /// wool_discover / wool_watch_new backend: DNS-SD over multicast DNS (Wool's LanDiscovery).
 pub const WOOL_DISCOVERY_LAN: c_int = 1;
+
+/// wool_worker_info.refusal: the admission gate admits the worker.
+pub const WOOL_DISCOVERY_REFUSAL_NONE: c_int = 0;
+/// wool_worker_info.refusal: refused on security (it serves TLS and the listing had no
+/// credentials, or it advertises plaintext and the listing had credentials).
+pub const WOOL_DISCOVERY_REFUSAL_SECURITY: c_int = 1;
+/// wool_worker_info.refusal: refused on version (not PEP 440, or incompatible with this
+/// library's protocol version).
+pub const WOOL_DISCOVERY_REFUSAL_VERSION: c_int = 2;
+/// wool_worker_info.refusal: refused on identity (the credentials' peers policy does not
+/// accept the name it advertises, or it advertises none).
+pub const WOOL_DISCOVERY_REFUSAL_IDENTITY: c_int = 3;
 
 /// wool_watch_next: nothing happened within the timeout.
 pub const WOOL_DISCOVERY_EVENT_NONE: c_int = 0;
@@ -32,7 +46,8 @@ pub const WOOL_DISCOVERY_EVENT_DROPPED: c_int = 3;
 /// One discovered worker (Wool's WorkerMetadata). Every string is NUL-terminated UTF-8, never
 /// NULL, and lives as long as the list or watch event it came from. Pass it to
 /// wool_connect_worker to reach the worker. A host may also fill one itself for
-/// wool_connect_worker (only `address`, `secure` and `identity` are read).
+/// wool_connect_worker (only `address`, `version`, `secure` and `identity` are read; the
+/// fields after `identity` never are).
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -53,12 +68,19 @@ pub struct wool_worker_info {
     pub secure: bool,
     /// The name its certificate is issued for; "" when it advertises none.
     pub identity: *const c_char,
+    /// The admission gate's verdict for the credentials the listing or watch was made with
+    /// (none for wool_discover and wool_watch_new): WOOL_DISCOVERY_REFUSAL_NONE when admitted, else
+    /// WOOL_DISCOVERY_REFUSAL_SECURITY, _VERSION or _IDENTITY. A refused worker is never connected.
+    pub refusal: c_int,
+    /// Why it was refused, e.g. `identity "w2" (accepted peers: w1)`; "" when admitted.
+    pub refusal_reason: *const c_char,
 }
 
-/// A worker's C view with the strings it points into.
+/// A worker's C view with the strings it points into, and the record it came from.
 struct OwnedWorker {
     info: wool_worker_info,
-    _strings: [CString; 6],
+    _strings: [CString; 7],
+    worker: DiscoveredWorker,
 }
 
 // SAFETY: the raw pointers point into `_strings`, owned by the same value and never shared
@@ -66,7 +88,9 @@ struct OwnedWorker {
 unsafe impl Send for OwnedWorker {}
 
 impl OwnedWorker {
-    fn new(worker: &DiscoveredWorker) -> Self {
+    /// The C view of `worker` with the gate's verdict for `credentials`.
+    fn new(worker: &DiscoveredWorker, credentials: Option<&WorkerCredentials>) -> Self {
+        let refusal = worker.refusal(credentials);
         // Text from the network may hold NUL bytes, which C strings cannot: drop them.
         let text = |s: &str| CString::new(s.replace('\0', "")).expect("NULs removed");
         let strings = [
@@ -76,6 +100,12 @@ impl OwnedWorker {
             text(&serde_json::to_string(&worker.tags).expect("strings serialize")),
             text(&serde_json::to_string(&worker.extra).expect("strings serialize")),
             text(worker.identity.as_deref().unwrap_or("")),
+            text(
+                &refusal
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+            ),
         ];
         let info = wool_worker_info {
             uid: strings[0].as_ptr(),
@@ -86,10 +116,18 @@ impl OwnedWorker {
             extra_json: strings[4].as_ptr(),
             secure: worker.secure,
             identity: strings[5].as_ptr(),
+            refusal: match refusal {
+                None => WOOL_DISCOVERY_REFUSAL_NONE,
+                Some(Refusal::Security { .. }) => WOOL_DISCOVERY_REFUSAL_SECURITY,
+                Some(Refusal::Version { .. }) => WOOL_DISCOVERY_REFUSAL_VERSION,
+                Some(Refusal::Identity { .. }) => WOOL_DISCOVERY_REFUSAL_IDENTITY,
+            },
+            refusal_reason: strings[6].as_ptr(),
         };
         Self {
             info,
             _strings: strings,
+            worker: worker.clone(),
         }
     }
 }
@@ -105,6 +143,8 @@ pub struct wool_worker_list {
 #[allow(non_camel_case_types)]
 pub struct wool_watch {
     watch: Watch,
+    /// The credentials events are judged for (wool_watch_new_admitted).
+    credentials: Option<WorkerCredentials>,
     /// The worker of the last event handed out, kept alive until the next call.
     last: Mutex<Option<OwnedWorker>>,
 }
@@ -135,6 +175,8 @@ fn discovery(
 /// registry lists as empty), or DNS-SD over multicast DNS (WOOL_DISCOVERY_LAN), listening
 /// `listen_seconds` for answers (0 = the default, 1.5 s; ignored for LOCAL). Sorted by address.
 /// Records that cannot be read (half-written, foreign) are skipped. Blocks the calling thread.
+/// Each worker's `refusal` is the admission gate's verdict for a caller without credentials
+/// (as wool_discover_admitted with NULL credentials).
 ///
 /// Returns WOOL_STATUS_INVALID_ARGUMENT (NULL or non-UTF-8 `namespace_`, an empty namespace,
 /// an unknown backend, a negative, NaN or infinite `listen_seconds`, NULL `out`) or
@@ -150,6 +192,50 @@ pub unsafe extern "C" fn wool_discover(
     out: *mut *mut wool_worker_list,
 ) -> wool_status {
     ffi_panic_boundary!("wool_discover", {
+        // SAFETY: the caller's contract above.
+        unsafe { discover(namespace_, backend, listen_seconds, None, out) }
+    })
+}
+
+/// As wool_discover, each worker's `refusal` and `refusal_reason` being the admission gate's
+/// verdict (as Wool's WorkerProxy's) for a caller holding `credentials` (NULL = none):
+/// security (with credentials only workers advertising `secure`, without only plaintext ones),
+/// then version, then identity (with a peers policy from wool_credentials_with_peers, only a
+/// worker advertising an accepted name). Refused workers are listed, so that a host can say
+/// why; wool_connect_worker and wool_worker_list_connect refuse to connect them.
+///
+/// Returns as wool_discover.
+///
+/// # Safety
+/// As wool_discover; `credentials` NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn wool_discover_admitted(
+    namespace_: *const c_char,
+    backend: c_int,
+    listen_seconds: f64,
+    credentials: *const wool_credentials,
+    out: *mut *mut wool_worker_list,
+) -> wool_status {
+    ffi_panic_boundary!("wool_discover_admitted", {
+        // SAFETY: the caller's contract above.
+        let credentials = unsafe { credentials.as_ref() }.map(|c| &c.inner);
+        // SAFETY: the caller's contract above.
+        unsafe { discover(namespace_, backend, listen_seconds, credentials, out) }
+    })
+}
+
+/// wool_discover and wool_discover_admitted.
+///
+/// # Safety
+/// As wool_discover.
+unsafe fn discover(
+    namespace_: *const c_char,
+    backend: c_int,
+    listen_seconds: f64,
+    credentials: Option<&WorkerCredentials>,
+    out: *mut *mut wool_worker_list,
+) -> Result<(), Error> {
+    {
         // SAFETY: the caller's contract above.
         let namespace = unsafe { try_str(namespace_, "namespace") }?;
         // SAFETY: the caller's contract above.
@@ -169,9 +255,52 @@ pub unsafe extern "C" fn wool_discover(
         set_boxed(
             out,
             wool_worker_list {
-                workers: workers.iter().map(OwnedWorker::new).collect(),
+                workers: workers
+                    .iter()
+                    .map(|worker| OwnedWorker::new(worker, credentials))
+                    .collect(),
             },
         );
+        Ok(())
+    }
+}
+
+/// Makes a handle to the worker at `index` in `list` and writes it to `*out`, as
+/// wool_connect_worker, but from the whole record: the worker's advertised channel options
+/// (local registry records carry them) tighten `options` (NULL = Wool's defaults); an
+/// advertised value never loosens one of the caller's (the receive limit is never raised).
+/// No I/O.
+///
+/// Returns WOOL_STATUS_INVALID_ARGUMENT when `list` or `out` is NULL, `index` is out of range,
+/// or the admission gate refuses the worker for `credentials` (its refusal in the message).
+///
+/// # Safety
+/// `list` NULL or a live list; `credentials` and `options` NULL or live; `out` NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn wool_worker_list_connect(
+    list: *const wool_worker_list,
+    index: usize,
+    credentials: *const wool_credentials,
+    options: *const wool_channel_options,
+    out: *mut *mut wool_connection,
+) -> wool_status {
+    ffi_panic_boundary!("wool_worker_list_connect", {
+        // SAFETY (all): the caller's contract above.
+        let list = unsafe { try_ref(list, "list") }?;
+        let credentials = unsafe { credentials.as_ref() }.map(|c| &c.inner);
+        let options = unsafe { options.as_ref() }.map(|o| o.inner.clone());
+        let out = unsafe { try_mut(out, "out") }?;
+        let owned = list.workers.get(index).ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "index {index} is out of range (the list holds {})",
+                list.workers.len()
+            ))
+        })?;
+        let connection = owned
+            .worker
+            .connect(credentials, options.unwrap_or_default())?;
+        set_boxed(out, wool_connection::new(connection));
         Ok(())
     })
 }
@@ -219,18 +348,25 @@ pub unsafe extern "C" fn wool_worker_list_free(list: *mut wool_worker_list) {
     })
 }
 
-/// Makes a handle to a discovered worker and writes it to `*out`, as Wool's pool reaches a
-/// discovered worker: over TLS with `credentials` when `worker->secure` (verified against
-/// `worker->identity` when it is not "", else the credentials' identity or the address),
-/// plaintext otherwise (`credentials` then unused). `options` NULL = Wool's defaults. No I/O.
+/// Makes a handle to a discovered worker and writes it to `*out`, as Wool's WorkerProxy reaches
+/// a worker it admitted. The worker must pass the admission gate for `credentials` (see
+/// wool_discover_admitted): with credentials it must advertise `secure` and is reached over
+/// TLS with them (never in plaintext because the record says so), without it must be
+/// plaintext; its `version` must be a compatible PEP 440 version (NULL is refused); under a
+/// peers policy its `identity` must be an accepted name. The certificate is verified against
+/// the credentials' identity when set, else (under a peers policy) the advertised identity,
+/// else the address: with no policy the advertised identity is ignored. `options` NULL =
+/// Wool's defaults (the advertised options are not in wool_worker_info: use
+/// wool_worker_list_connect for them). No I/O.
 ///
 /// Returns WOOL_STATUS_INVALID_ARGUMENT when `worker` or `out` is NULL, its address is NULL,
-/// not UTF-8 or not a target, its identity is not a DNS name or IP address, or it is secure and
-/// `credentials` is NULL.
+/// not UTF-8 or not a target, the name to verify is not a DNS name or IP address, or the gate
+/// refuses the worker (its refusal in the message).
 ///
 /// # Safety
-/// `worker` must be NULL or point to a wool_worker_info whose `address` and `identity` are NULL
-/// or NUL-terminated; `credentials` NULL or live; `options` NULL or live; `out` NULL or writable.
+/// `worker` must be NULL or point to a wool_worker_info whose `address`, `version` and
+/// `identity` are NULL or NUL-terminated; `credentials` NULL or live; `options` NULL or live;
+/// `out` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn wool_connect_worker(
     worker: *const wool_worker_info,
@@ -243,6 +379,7 @@ pub unsafe extern "C" fn wool_connect_worker(
         let worker = unsafe { try_ref(worker, "worker") }?;
         let address = unsafe { try_str(worker.address, "worker->address") }?;
         let identity = unsafe { super::try_optional_str(worker.identity, "worker->identity") }?;
+        let version = unsafe { super::try_optional_str(worker.version, "worker->version") }?;
         let credentials = unsafe { credentials.as_ref() }.map(|c| &c.inner);
         let options = unsafe { options.as_ref() }.map(|o| o.inner.clone());
         let out = unsafe { try_mut(out, "out") }?;
@@ -250,6 +387,7 @@ pub unsafe extern "C" fn wool_connect_worker(
             address: address.to_owned(),
             secure: worker.secure,
             identity: identity.filter(|i| !i.is_empty()).map(str::to_owned),
+            version: version.unwrap_or_default().to_owned(),
             ..placeholder()
         };
         let connection: WorkerConnection =
@@ -291,19 +429,57 @@ pub unsafe extern "C" fn wool_watch_new(
 ) -> wool_status {
     ffi_panic_boundary!("wool_watch_new", {
         // SAFETY: the caller's contract above.
-        let namespace = unsafe { try_str(namespace_, "namespace") }?;
-        // SAFETY: the caller's contract above.
-        let out = unsafe { try_mut(out, "out") }?;
-        let watch = discovery(namespace, backend, None)?.watch()?;
-        set_boxed(
-            out,
-            wool_watch {
-                watch,
-                last: Mutex::new(None),
-            },
-        );
-        Ok(())
+        unsafe { watch_new(namespace_, backend, None, out) }
     })
+}
+
+/// As wool_watch_new, each event's worker carrying the admission gate's verdict for a caller
+/// holding `credentials` (NULL = none; copied, so they may be freed right after), as
+/// wool_discover_admitted.
+///
+/// Returns as wool_watch_new.
+///
+/// # Safety
+/// As wool_watch_new; `credentials` NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn wool_watch_new_admitted(
+    namespace_: *const c_char,
+    backend: c_int,
+    credentials: *const wool_credentials,
+    out: *mut *mut wool_watch,
+) -> wool_status {
+    ffi_panic_boundary!("wool_watch_new_admitted", {
+        // SAFETY: the caller's contract above.
+        let credentials = unsafe { credentials.as_ref() }.map(|c| c.inner.clone());
+        // SAFETY: the caller's contract above.
+        unsafe { watch_new(namespace_, backend, credentials, out) }
+    })
+}
+
+/// wool_watch_new and wool_watch_new_admitted.
+///
+/// # Safety
+/// As wool_watch_new.
+unsafe fn watch_new(
+    namespace_: *const c_char,
+    backend: c_int,
+    credentials: Option<WorkerCredentials>,
+    out: *mut *mut wool_watch,
+) -> Result<(), Error> {
+    // SAFETY: the caller's contract above.
+    let namespace = unsafe { try_str(namespace_, "namespace") }?;
+    // SAFETY: the caller's contract above.
+    let out = unsafe { try_mut(out, "out") }?;
+    let watch = discovery(namespace, backend, None)?.watch()?;
+    set_boxed(
+        out,
+        wool_watch {
+            watch,
+            credentials,
+            last: Mutex::new(None),
+        },
+    );
+    Ok(())
 }
 
 /// Waits up to `timeout_seconds` (0 = do not wait, INFINITY = as long as it takes) for the
@@ -343,7 +519,9 @@ pub unsafe extern "C" fn wool_watch_next(
             Some(DiscoveryEvent::Updated(w)) => (WOOL_DISCOVERY_EVENT_UPDATED, Some(w)),
             Some(DiscoveryEvent::Dropped(w)) => (WOOL_DISCOVERY_EVENT_DROPPED, Some(w)),
         };
-        *last = worker.as_ref().map(OwnedWorker::new);
+        *last = worker
+            .as_ref()
+            .map(|w| OwnedWorker::new(w, watch.credentials.as_ref()));
         *out_kind = kind;
         *out_worker = last
             .as_ref()
