@@ -1,6 +1,8 @@
 //! Rotating credentials while polls run: a CA and both sides' leaf certificates replaced
 //! mid-run on a worker serving from files and a client reading reloadable credentials; the
-//! worker's reload on file change and SIGHUP; bad new material refused.
+//! worker's reload on file change and SIGHUP; bad new material refused; a CA rotated under
+//! Wool 0.15.7's own client (a reloadable `WorkerCredentialsProvider`) polling our worker, and
+//! under our reloadable client polling Wool's worker serving a reloadable provider.
 
 mod common;
 
@@ -688,8 +690,10 @@ fn our_reloadable_client_polls_a_wool_worker_with_reloadable_credentials_through
     let before = established_ports(port);
     assert!(!before.is_empty(), "our client holds no connection");
     let stop = Arc::new(AtomicBool::new(false));
-    let poller =
-        runtime.block_on(async { poll_readings(Arc::clone(&rotating), Arc::clone(&stop)) });
+    let poller = {
+        let _in_runtime = runtime.enter();
+        poll_readings(Arc::clone(&rotating), Arc::clone(&stop))
+    };
     std::thread::sleep(Duration::from_millis(300));
 
     // The worker's files to CA B: Wool's provider reads them again on a handshake once

@@ -64,9 +64,11 @@ impl PythonPeer {
                 None => break,
             }
         }
+        let read = &self.seen[from..];
         panic!(
-            "no awaited line within {limit:?}; read meanwhile: {:?}",
-            &self.seen[from..]
+            "no awaited line within {limit:?}; {} lines read meanwhile, the last: {:?}",
+            read.len(),
+            &read[read.len().saturating_sub(5)..]
         );
     }
 
