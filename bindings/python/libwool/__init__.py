@@ -470,6 +470,33 @@ class WorkerCredentials:
         _check(library, status)
         return cls(library, handle, mutual, identity, reloadable)
 
+    def with_peers(self, *names: str) -> WorkerCredentials:
+        """A copy of these credentials carrying a peers policy, as Wool's
+        ``WorkerCredentialsProvider(peers=...)`` (``wool_credentials_with_peers``): discovery
+        (`libwool.fleet.discover`, `libwool.fleet.connect_worker`) then admits a discovered
+        worker only if it advertises one of `names` (each trimmed of surrounding whitespace),
+        and verifies its certificate against that name unless these credentials carry an
+        `identity`, which always wins. A worker advertising no name is refused. Unlike Wool,
+        a blank name or no name at all is refused rather than leaving the policy unset.
+
+        :raises ValueError: no name, more than 4096, or a name that is blank, longer than 253
+            bytes or holds a NUL (libwool's message).
+        :raises TypeError: a name that is not str.
+        """
+        if not names:
+            raise ValueError("with_peers() needs at least one name")
+        texts = [_c_text(_check_peer(name), "peer name") for name in names]
+        array = (ctypes.c_char_p * len(texts))(*texts)
+        handle = _ffi.CredentialsPtr()
+        _check(self._library, self._library.wool_credentials_with_peers(
+            self._handle, array, len(texts), ctypes.byref(handle)))
+        made = type(self)(self._library, handle, self.mutual, self.identity, self.reloadable)
+        made.peers = tuple(sorted({name.strip() for name in names}))
+        return made
+
+    #: The names of the peers policy (`with_peers`), or None.
+    peers: tuple[str, ...] | None = None
+
     def __del__(self) -> None:
         # No call can be using the handle now: wool_connect runs while a WorkerConnection
         # under construction holds a reference to this object.
@@ -483,6 +510,12 @@ class WorkerCredentials:
         extra = f", identity={self.identity!r}" if self.identity else ""
         extra += ", reloadable" if self.reloadable else ""
         return f"<WorkerCredentials {kind}{extra}>"
+
+
+def _check_peer(name: object) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"a peer name must be str, not {type(name).__name__}")
+    return name
 
 
 # ---------------------------------------------------------------- connection

@@ -84,6 +84,10 @@ class wool_worker_info(ctypes.Structure):
         ("extra_json", ctypes.c_char_p),
         ("secure", ctypes.c_bool),
         ("identity", ctypes.c_char_p),
+        # The admission gate's verdict (WOOL_DISCOVERY_REFUSAL_*) and why; never read by
+        # wool_connect_worker.
+        ("refusal", ctypes.c_int),
+        ("refusal_reason", ctypes.c_char_p),
     ]
 
 
@@ -123,6 +127,8 @@ DISCOVERY_EVENT_NONE = 0
 DISCOVERY_EVENT_ADDED = 1
 DISCOVERY_EVENT_UPDATED = 2
 DISCOVERY_EVENT_DROPPED = 3
+# WOOL_DISCOVERY_REFUSAL_*: wool_worker_info.refusal, by Wool's reason words.
+DISCOVERY_REFUSALS = {0: None, 1: "security", 2: "version", 3: "identity"}
 
 #: SIZE_MAX: wool_retire_policy.max_stops for no limit.
 SIZE_MAX = 2 ** (8 * ctypes.sizeof(ctypes.c_size_t)) - 1
@@ -178,6 +184,15 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
             ctypes.c_char_p,  # cert_path
             ctypes.c_bool,  # mutual
             ctypes.c_char_p,  # identity
+            ctypes.POINTER(CredentialsPtr),
+        ],
+    ),
+    "wool_credentials_with_peers": (
+        _wool_status,
+        [
+            CredentialsPtr,
+            ctypes.POINTER(ctypes.c_char_p),  # peers
+            ctypes.c_size_t,  # count
             ctypes.POINTER(CredentialsPtr),
         ],
     ),
@@ -241,6 +256,11 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
     "wool_discover": (
         _wool_status,
         [ctypes.c_char_p, ctypes.c_int, ctypes.c_double, ctypes.POINTER(WorkerListPtr)],
+    ),
+    "wool_discover_admitted": (
+        _wool_status,
+        [ctypes.c_char_p, ctypes.c_int, ctypes.c_double, CredentialsPtr,
+         ctypes.POINTER(WorkerListPtr)],
     ),
     "wool_worker_list_count": (ctypes.c_size_t, [WorkerListPtr]),
     "wool_worker_list_get": (WorkerInfoPtr, [WorkerListPtr, ctypes.c_size_t]),

@@ -91,6 +91,12 @@ class DiscoveredWorker:
     secure: bool = False
     #: The name its certificate is issued for; None when it advertises none.
     identity: str | None = None
+    #: The admission gate's verdict (as Wool's ``WorkerProxy``'s ``_incompatibility_reason``)
+    #: for the credentials `discover` was given: None when admitted, else ``"security"``,
+    #: ``"version"`` or ``"identity"``. `connect_worker` refuses a refused worker.
+    refusal: str | None = None
+    #: Why, e.g. ``identity "w2" (accepted peers: w1)``; "" when admitted.
+    refusal_reason: str = ""
 
     @classmethod
     def _from_c(cls, info: _ffi.wool_worker_info) -> DiscoveredWorker:
@@ -106,6 +112,8 @@ class DiscoveredWorker:
             extra=types.MappingProxyType(dict(json.loads(text(info.extra_json) or "{}"))),
             secure=bool(info.secure),
             identity=text(info.identity) or None,
+            refusal=_ffi.DISCOVERY_REFUSALS.get(int(info.refusal), f"refusal {info.refusal}"),
+            refusal_reason=text(info.refusal_reason),
         )
 
 
@@ -116,11 +124,15 @@ def _backend(lan: bool) -> int:
 
 
 def discover(namespace: str, *, lan: bool = False, listen: float | None = None,
-             ) -> list[DiscoveredWorker]:
+             credentials: WorkerCredentials | None = None) -> list[DiscoveredWorker]:
     """The workers of the pool published under `namespace`, sorted by address, as
-    ``wool_discover``: the shared-memory registry on this host (a namespace no pool uses
-    lists as empty), or with ``lan=True`` DNS-SD answers gathered for `listen` seconds.
+    ``wool_discover_admitted``: the shared-memory registry on this host (a namespace no pool
+    uses lists as empty), or with ``lan=True`` DNS-SD answers gathered for `listen` seconds.
     Records that cannot be read (half-written, foreign) are skipped. Blocks the thread.
+    Each worker's ``refusal`` is the admission gate's verdict for a caller holding
+    `credentials` (None = none): with credentials only ``secure`` workers are admitted,
+    without only plaintext ones; then a compatible version; then, under a peers policy
+    (`libwool.WorkerCredentials.with_peers`), an accepted advertised name.
 
     :param namespace: the pool's namespace, as given to Wool's ``LocalDiscovery`` /
         ``LanDiscovery``.
@@ -134,9 +146,13 @@ def discover(namespace: str, *, lan: bool = False, listen: float | None = None,
     backend = _backend(lan)
     c_namespace = _c_text(_check_type(namespace, str, "namespace"), "namespace")
     seconds = _c_seconds(listen, "listen", none_means=0.0)
+    if credentials is not None:
+        _check_type(credentials, WorkerCredentials, "credentials")
     library = _ffi.default()
     listing = _ffi.WorkerListPtr()
-    _check(library, library.wool_discover(c_namespace, backend, seconds, ctypes.byref(listing)))
+    c_credentials = credentials._handle if credentials is not None else None
+    _check(library, library.wool_discover_admitted(c_namespace, backend, seconds, c_credentials,
+                                                   ctypes.byref(listing)))
     try:
         return [
             DiscoveredWorker._from_c(library.wool_worker_list_get(listing, i).contents)
@@ -149,16 +165,19 @@ def discover(namespace: str, *, lan: bool = False, listen: float | None = None,
 def connect_worker(worker: DiscoveredWorker, credentials: WorkerCredentials | None = None,
                    **options) -> WorkerConnection:
     """A `libwool.WorkerConnection` to a discovered worker, as ``wool_connect_worker`` and
-    Wool's pool reach one: over TLS with `credentials` when ``worker.secure`` (the worker's
-    certificate verified against ``worker.identity`` when set, else the credentials'
-    identity or the address), plaintext otherwise (`credentials` unused). Only ``address``,
+    Wool's ``WorkerProxy`` reach a worker they admitted: the worker must pass the admission
+    gate for `credentials` (see `discover`); with credentials it is reached over TLS with
+    them (never in plaintext because the record says so), verified against the credentials'
+    identity when set, else, under a peers policy, ``worker.identity``, else the address
+    (with no policy ``worker.identity`` is ignored). Only ``address``, ``version``,
     ``secure`` and ``identity`` are read, so a hand-made `DiscoveredWorker` works too. No I/O.
 
     :param options: the channel options of `libwool.WorkerConnection` (keyword arguments:
         ``keepalive_interval``, ``connect_timeout``, ...).
-    :raises ValueError: an address that is not a target, an identity that is neither a DNS
-        name nor an IP address, a secure worker without credentials, a refused channel
-        option (libwool's message), or a NUL in a text.
+    :raises ValueError: the admission gate refuses the worker (the message gives the
+        refusal), an address that is not a target, a name to verify that is neither a DNS
+        name nor an IP address, a refused channel option (libwool's message), or a NUL in a
+        text.
     :raises TypeError: `worker` not a `DiscoveredWorker`, `credentials` not
         `WorkerCredentials`, an unknown or mistyped channel option.
     """
@@ -169,7 +188,8 @@ def connect_worker(worker: DiscoveredWorker, credentials: WorkerCredentials | No
     converted = _channel_options(options)
     address = _c_text(_check_type(worker.address, str, "worker.address"), "worker.address")
     identity = _c_text(worker.identity or "", "worker.identity")
-    info = _ffi.wool_worker_info(address=address, identity=identity,
+    version = _c_text(_check_type(worker.version, str, "worker.version"), "worker.version")
+    info = _ffi.wool_worker_info(address=address, identity=identity, version=version,
                                  secure=bool(worker.secure))
 
     def connect(library, c_credentials, c_options, out):

@@ -231,7 +231,9 @@ def test_a_watch_iterates_until_closed_and_next_times_out():
 
 def test_connect_worker_refuses_bad_workers(worker):
     for bad, message in [
-        (fleet.DiscoveredWorker(uid="", address=worker.address, secure=True), "credentials"),
+        (fleet.DiscoveredWorker(uid="", address=worker.address, version="0.15.7", secure=True),
+         "credentials"),
+        (fleet.DiscoveredWorker(uid="", address=worker.address), "version"),
         (fleet.DiscoveredWorker(uid="", address="127.0.0.1"), "port"),
     ]:
         with pytest.raises(ValueError, match=message):
@@ -243,12 +245,13 @@ def test_connect_worker_refuses_bad_workers(worker):
     with pytest.raises(TypeError):
         fleet.connect_worker(fleet.DiscoveredWorker(uid="", address=worker.address), bogus=1)
     with pytest.raises(ValueError, match="keepalive_timeout"):
-        fleet.connect_worker(fleet.DiscoveredWorker(uid="", address=worker.address),
+        fleet.connect_worker(fleet.DiscoveredWorker(uid="", address=worker.address,
+                                                    version="0.15.7"),
                              keepalive_timeout=0.0)
 
 
 def test_connect_worker_with_channel_options_reaches_a_hand_made_worker(worker):
-    hand_made = fleet.DiscoveredWorker(uid="", address=worker.address)
+    hand_made = fleet.DiscoveredWorker(uid="", address=worker.address, version="0.15.7")
     with fleet.connect_worker(hand_made, connect_timeout=5.0) as conn:
         assert dict(conn.channel_options) == {"connect_timeout": 5.0}
         assert conn.idle(timeout=10.0) > 0.0
@@ -261,16 +264,20 @@ def test_connect_worker_over_tls(spawn_worker, certs):
     # lacks fails with HandshakeError; a bad identity is refused at once.
     tls = spawn_worker("--tls-ca", certs / "ca.pem", "--tls-cert", certs / "worker.pem",
                        "--tls-key", certs / "worker.key", "--one-way")
-    credentials = libwool.WorkerCredentials.from_files(certs / "ca.pem", mutual=False)
+    plain_credentials = libwool.WorkerCredentials.from_files(certs / "ca.pem", mutual=False)
+    # Advertised names are verified only under a peers policy accepting them.
+    credentials = plain_credentials.with_peers("localhost", "elsewhere.example", "not a name!")
 
-    def reach(identity):
+    def reach(identity, credentials=credentials):
         return fleet.connect_worker(
-            fleet.DiscoveredWorker(uid="", address=tls.address, secure=True, identity=identity),
+            fleet.DiscoveredWorker(uid="", address=tls.address, version="0.15.7", secure=True,
+                                   identity=identity),
             credentials,
         )
 
-    for identity in ("localhost", None):
-        with reach(identity) as conn:
+    for identity, creds in (("localhost", credentials), (None, plain_credentials),
+                            ("elsewhere.example", plain_credentials)):
+        with reach(identity, creds) as conn:
             assert conn.secure
             assert conn.idle(timeout=10.0) > 0.0
     with reach("elsewhere.example") as conn:
@@ -501,3 +508,27 @@ def test_constants_match_the_header():
     for name in ("DISCOVERY_LOCAL", "DISCOVERY_LAN", "DISCOVERY_EVENT_NONE",
                  "DISCOVERY_EVENT_ADDED", "DISCOVERY_EVENT_UPDATED", "DISCOVERY_EVENT_DROPPED"):
         assert f"#define WOOL_{name} {getattr(_ffi, name)}\n" in header
+
+
+def test_the_admission_gate_refuses_through_the_binding(start_pool, certs):
+    # Given a plaintext Wool pool, When it is listed with credentials, Then each worker is
+    # refused on security and connect_worker refuses it (before the gate the credentials were
+    # dropped and it was reached in plaintext); a worker advertising "w2" under a peers policy
+    # accepting only "w1" is refused with a reason naming the accepted peers.
+    namespace = unique_namespace()
+    start_pool(namespace, 2)
+    credentials = libwool.WorkerCredentials.from_files(certs / "ca.pem", mutual=False)
+    listed = fleet.discover(namespace, credentials=credentials)
+    assert len(listed) == 2
+    assert all(w.refusal == "security" and "security" in w.refusal_reason for w in listed)
+    assert all(w.refusal is None for w in fleet.discover(namespace))
+    with pytest.raises(ValueError, match="security"):
+        fleet.connect_worker(listed[0], credentials)
+    gated = credentials.with_peers("w1")
+    assert gated.peers == ("w1",)
+    w2 = fleet.DiscoveredWorker(uid="", address="127.0.0.1:1", version="0.15.7", secure=True,
+                                identity="w2")
+    with pytest.raises(ValueError, match="accepted peers: w1"):
+        fleet.connect_worker(w2, gated)
+    with pytest.raises(ValueError):
+        credentials.with_peers(" ")

@@ -91,6 +91,8 @@ impl DiscoveredWorker {
         credentials: Option<&WorkerCredentials>,
         options: ChannelOptions,
     ) -> Result<WorkerConnection, Error> {
+        // A malformed address is the caller's error whatever the record says.
+        crate::connection::Target::parse(&self.address)?;
         let admitted = admission::check(self, credentials).map_err(|refusal| {
             admission::log_refusal(self, &refusal);
             refusal.to_error(self)
