@@ -5,6 +5,7 @@ package wool
 import "C"
 
 import (
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -177,4 +178,44 @@ func freeAll(ptrs ...*C.char) {
 	for _, p := range ptrs {
 		C.free(unsafe.Pointer(p))
 	}
+}
+
+// maxPeers is the most names WithPeers takes (wool_credentials_with_peers' limit).
+const maxPeers = 4096
+
+// WithPeers returns a copy of the credentials carrying a peers policy (Wool's peers, the
+// library's wool_credentials_with_peers): discovery (DiscoverAdmitted, ConnectWorker) then
+// admits a discovered worker only if it advertises one of names (each trimmed of surrounding
+// whitespace), and verifies its certificate against that name unless the credentials carry an
+// identity, which always wins. A worker advertising no name is refused. c is unchanged; close
+// the copy separately.
+//
+// Errors: an *Error (Op "credentials") matching ErrInvalidArgument when names is empty or
+// longer than 4096, or a name is blank, longer than 253 bytes or contains a NUL byte;
+// ErrClosed when c is closed.
+func (c *Credentials) WithPeers(names ...string) (*Credentials, error) {
+	if len(names) == 0 || len(names) > maxPeers {
+		return nil, invalidArgument("credentials", "", fmt.Sprintf("WithPeers takes 1 to %d names, got %d", maxPeers, len(names)))
+	}
+	texts := make([]*C.char, 0, len(names))
+	defer func() { freeAll(texts...) }()
+	for _, name := range names {
+		if err := checkText("peer name", name); err != nil {
+			return nil, err
+		}
+		texts = append(texts, C.CString(name))
+	}
+	// The array of pointers lives in C memory: cgo forbids passing Go memory holding pointers.
+	array := (**C.char)(C.malloc(C.size_t(len(texts)) * C.size_t(unsafe.Sizeof(texts[0]))))
+	defer C.free(unsafe.Pointer(array))
+	copy(unsafe.Slice(array, len(texts)), texts)
+	var made *Credentials
+	err := c.use(func(ptr *C.wool_credentials) error {
+		var err error
+		made, err = newCredentials(func(out **C.wool_credentials) C.wool_status {
+			return C.wool_credentials_with_peers(ptr, array, C.size_t(len(texts)), out)
+		})
+		return err
+	})
+	return made, err
 }

@@ -66,6 +66,52 @@ type DiscoveredWorker struct {
 	Secure bool
 	// Identity is the name its certificate is issued for; "" when it advertises none.
 	Identity string
+	// Refusal is the admission gate's verdict (as Wool's WorkerProxy's) for the credentials
+	// the listing was made with (none for Discover and WatchPool; see DiscoverAdmitted):
+	// RefusalNone when admitted. ConnectWorker refuses a worker the gate refuses.
+	Refusal Refusal
+	// RefusalReason says why, e.g. `identity "w2" (accepted peers: w1)`; "" when admitted.
+	RefusalReason string
+}
+
+// Refusal is which arm of the admission gate refused a discovered worker (the library's
+// WOOL_DISCOVERY_REFUSAL_*), checked in this order: security, version, identity.
+type Refusal int
+
+const (
+	// RefusalNone: admitted.
+	RefusalNone Refusal = 0
+	// RefusalSecurity: it serves TLS and there are no credentials, or it advertises plaintext
+	// and there are credentials (which are never dropped because a record says so).
+	RefusalSecurity Refusal = 1
+	// RefusalVersion: its version is not PEP 440 or not compatible with this library's.
+	RefusalVersion Refusal = 2
+	// RefusalIdentity: the credentials' peers policy (WithPeers) does not accept the name it
+	// advertises, or it advertises none.
+	RefusalIdentity Refusal = 3
+)
+
+var (
+	_ = [1]int{}[RefusalNone-C.WOOL_DISCOVERY_REFUSAL_NONE]
+	_ = [1]int{}[RefusalSecurity-C.WOOL_DISCOVERY_REFUSAL_SECURITY]
+	_ = [1]int{}[RefusalVersion-C.WOOL_DISCOVERY_REFUSAL_VERSION]
+	_ = [1]int{}[RefusalIdentity-C.WOOL_DISCOVERY_REFUSAL_IDENTITY]
+)
+
+// String returns "", "security", "version" or "identity" (Wool's reason words); another value
+// gives "Refusal(N)".
+func (r Refusal) String() string {
+	switch r {
+	case RefusalNone:
+		return ""
+	case RefusalSecurity:
+		return "security"
+	case RefusalVersion:
+		return "version"
+	case RefusalIdentity:
+		return "identity"
+	}
+	return fmt.Sprintf("Refusal(%d)", int(r))
 }
 
 // workerFromC copies the library's view of a worker (tags and extra decoded from its JSON).
@@ -79,6 +125,10 @@ func workerFromC(op string, info *C.wool_worker_info) (DiscoveredWorker, error) 
 		Identity: C.GoString(info.identity),
 		Tags:     []string{},
 		Extra:    map[string]string{},
+		Refusal:  Refusal(info.refusal),
+	}
+	if info.refusal_reason != nil {
+		w.RefusalReason = C.GoString(info.refusal_reason)
 	}
 	if err := json.Unmarshal([]byte(C.GoString(info.tags_json)), &w.Tags); err != nil {
 		return DiscoveredWorker{}, fmt.Errorf("wool: %s: the library's tags_json of worker %s: %w", op, w.UID, err)
@@ -113,16 +163,38 @@ func namespaceText(op, namespace string) (*C.char, error) {
 // Errors: an *Error (Op "discover") matching ErrInvalidArgument for an empty namespace, one
 // with a NUL byte (or, for LocalDiscovery, a "/"), an unknown backend or a negative listen;
 // ErrTransient when the registry cannot be read or multicast DNS cannot start.
+//
+// Each worker's Refusal is the admission gate's verdict for a caller without credentials.
 func Discover(namespace string, backend DiscoveryBackend, listen time.Duration) ([]DiscoveredWorker, error) {
+	return DiscoverAdmitted(namespace, backend, listen, nil)
+}
+
+// DiscoverAdmitted is Discover with each worker's Refusal and RefusalReason being the
+// admission gate's verdict (as Wool's WorkerProxy's, wool_discover_admitted) for a caller
+// holding creds (nil = none): with credentials only workers advertising Secure are admitted,
+// without only plaintext ones; then a compatible version; then, under a peers policy
+// (Credentials.WithPeers), an accepted advertised name. Refused workers are listed so that the
+// caller can say why; ConnectWorker refuses them.
+//
+// Errors: as Discover; ErrClosed when creds is closed.
+func DiscoverAdmitted(namespace string, backend DiscoveryBackend, listen time.Duration, creds *Credentials) ([]DiscoveredWorker, error) {
 	ns, err := namespaceText("discover", namespace)
 	if err != nil {
 		return nil, err
 	}
 	defer C.free(unsafe.Pointer(ns))
 	var list *C.wool_worker_list
-	if err := call("discover", "", func() C.wool_status {
-		return C.wool_discover(ns, C.int(backend), C.double(listen.Seconds()), &list)
-	}); err != nil {
+	discover := func(credentials *C.wool_credentials) error {
+		return call("discover", "", func() C.wool_status {
+			return C.wool_discover_admitted(ns, C.int(backend), C.double(listen.Seconds()), credentials, &list)
+		})
+	}
+	if creds == nil {
+		err = discover(nil)
+	} else {
+		err = creds.use(discover)
+	}
+	if err != nil {
 		return nil, err
 	}
 	defer C.wool_worker_list_free(list)
@@ -139,19 +211,20 @@ func Discover(namespace string, backend DiscoveryBackend, listen time.Duration) 
 }
 
 // ConnectWorker makes a Connection to a discovered worker (its Address), as wool_connect_worker
-// and Wool's pool reach one: over TLS with creds when w.Secure (the worker's certificate
-// verified against w.Identity when it is not "", else the credentials' identity or the
-// address), plaintext otherwise (creds then unused; nil is fine). The channel options among
-// opts apply as for Connect; creds, when not nil, replaces any WithCredentials among them.
-// Only w.Address, w.Secure and w.Identity are read, so a DiscoveredWorker filled in by hand
-// works too. No I/O.
+// and Wool's WorkerProxy reach a worker they admitted: the worker must pass the admission gate
+// for creds (see DiscoverAdmitted); with creds it is reached over TLS with them (never in
+// plaintext because w says so), verified against the credentials' identity when set, else,
+// under a peers policy, w.Identity, else the address (with no policy w.Identity is ignored).
+// The channel options among opts apply as for Connect; creds, when not nil, replaces any
+// WithCredentials among them. Only w.Address, w.Version, w.Secure and w.Identity are read, so
+// a DiscoveredWorker filled in by hand works too. No I/O.
 //
-// Errors: an *Error (Op "connect") matching ErrInvalidArgument when the address is not a
-// target, the identity is neither a DNS name nor an IP address, a text has a NUL byte, a
-// channel option is refused, or w.Secure and no credentials were given; ErrClosed when the
-// credentials are closed.
+// Errors: an *Error (Op "connect") matching ErrInvalidArgument when the gate refuses the
+// worker (the message gives the refusal), the address is not a target, the name to verify is
+// neither a DNS name nor an IP address, a text has a NUL byte or a channel option is refused;
+// ErrClosed when the credentials are closed.
 func ConnectWorker(w DiscoveredWorker, creds *Credentials, opts ...Option) (*Connection, error) {
-	for _, text := range [][2]string{{"the address", w.Address}, {"the identity", w.Identity}} {
+	for _, text := range [][2]string{{"the address", w.Address}, {"the identity", w.Identity}, {"the version", w.Version}} {
 		if strings.IndexByte(text[1], 0) >= 0 {
 			return nil, invalidArgument("connect", w.Address, text[0]+" contains a NUL byte")
 		}
@@ -159,11 +232,11 @@ func ConnectWorker(w DiscoveredWorker, creds *Credentials, opts ...Option) (*Con
 	if creds != nil {
 		opts = append(append([]Option(nil), opts...), WithCredentials(creds))
 	}
-	address, identity := C.CString(w.Address), C.CString(w.Identity)
-	defer freeAll(address, identity)
+	address, identity, version := C.CString(w.Address), C.CString(w.Identity), C.CString(w.Version)
+	defer freeAll(address, identity, version)
 	return newConnection(w.Address, opts, func(credentials *C.wool_credentials, channel *C.wool_channel_options, out **C.wool_connection) C.wool_status {
-		// Only address, secure and identity are read (wool.h); the other strings stay NULL.
-		info := C.wool_worker_info{address: address, identity: identity, secure: C.bool(w.Secure)}
+		// Only address, version, secure and identity are read (wool.h); the rest stay zero.
+		info := C.wool_worker_info{address: address, version: version, identity: identity, secure: C.bool(w.Secure)}
 		return C.wool_connect_worker(&info, credentials, channel, out)
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -242,7 +243,8 @@ func TestConnectWorker(t *testing.T) {
 	t.Parallel()
 	worker := workertest.StartWorker(t)
 	for name, w := range map[string]wool.DiscoveredWorker{
-		"secure without credentials": {Address: worker.Address, Secure: true},
+		"secure without credentials": {Address: worker.Address, Version: "0.15.7", Secure: true},
+		"no version":                 {Address: worker.Address},
 		"no port":                    {Address: "127.0.0.1"},
 		"NUL in the address":         {Address: "127.0.0.1:1\x00"},
 	} {
@@ -253,7 +255,7 @@ func TestConnectWorker(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) { requireKind(t, err, wool.ErrInvalidArgument) })
 	}
-	conn, err := wool.ConnectWorker(wool.DiscoveredWorker{Address: worker.Address}, nil,
+	conn, err := wool.ConnectWorker(wool.DiscoveredWorker{Address: worker.Address, Version: "0.15.7"}, nil,
 		wool.WithConnectTimeout(5*time.Second))
 	if err != nil {
 		t.Fatalf("ConnectWorker: %v", err)
@@ -279,12 +281,22 @@ func TestConnectWorkerOverTLS(t *testing.T) {
 		t.Fatalf("CredentialsFromPEM: %v", err)
 	}
 	defer creds.Close()
+	gated, err := creds.WithPeers("localhost", "elsewhere.example", "not a name!")
+	if err != nil {
+		t.Fatalf("WithPeers: %v", err)
+	}
+	defer gated.Close()
 	reach := func(identity string) (*wool.Connection, error) {
-		return wool.ConnectWorker(wool.DiscoveredWorker{Address: worker.Address, Secure: true, Identity: identity}, creds)
+		// Under a peers policy accepting them, the advertised names are verified.
+		return wool.ConnectWorker(wool.DiscoveredWorker{Address: worker.Address, Version: "0.15.7", Secure: true, Identity: identity}, gated)
 	}
 
 	for _, identity := range []string{"localhost", ""} {
 		conn, err := reach(identity)
+		if identity == "" { // no name advertised: refused under a policy, the address without
+			requireKind(t, err, wool.ErrInvalidArgument)
+			conn, err = wool.ConnectWorker(wool.DiscoveredWorker{Address: worker.Address, Version: "0.15.7", Secure: true}, creds)
+		}
 		if err != nil {
 			t.Fatalf("ConnectWorker(identity %q): %v", identity, err)
 		}
@@ -303,7 +315,7 @@ func TestConnectWorkerOverTLS(t *testing.T) {
 
 	_, err = reach("not a name!")
 	requireKind(t, err, wool.ErrInvalidArgument)
-	creds.Close()
+	gated.Close()
 	if _, err := reach("localhost"); !errors.Is(err, wool.ErrClosed) {
 		t.Errorf("ConnectWorker with closed credentials: %v, want ErrClosed", err)
 	}
@@ -569,5 +581,63 @@ func TestRetireReasonNamesComeFromTheLibrary(t *testing.T) {
 		if got := reason.String(); got != want {
 			t.Errorf("RetireReason(%d).String() = %q, want %q", int(reason), got, want)
 		}
+	}
+}
+
+// Given a plaintext Wool pool, when it is listed with credentials (DiscoverAdmitted), then
+// every worker is refused on security and ConnectWorker with those credentials refuses it
+// (before the admission gate it dropped the credentials and connected in plaintext); given a
+// worker advertising "w2" and credentials whose peers policy accepts only "w1", ConnectWorker
+// refuses it with a reason naming the accepted peers; a blank peer name is refused.
+func TestTheAdmissionGateRefusesThroughTheBinding(t *testing.T) {
+	t.Parallel()
+	namespace := workertest.UniqueNamespace(t)
+	workertest.StartWoolPool(t, namespace, 2)
+	pki := workertest.NewPKI(t)
+	creds, err := wool.CredentialsFromFiles(pki.CAPath, "", "", false, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer creds.Close()
+	listed, err := wool.DiscoverAdmitted(namespace, wool.LocalDiscovery, 0, creds)
+	if err != nil || len(listed) != 2 {
+		t.Fatalf("DiscoverAdmitted: %+v, %v", listed, err)
+	}
+	for _, w := range listed {
+		if w.Refusal != wool.RefusalSecurity || w.RefusalReason == "" {
+			t.Errorf("a plaintext worker listed with credentials: %+v", w)
+		}
+		if conn, err := wool.ConnectWorker(w, creds); !errors.Is(err, wool.ErrInvalidArgument) {
+			if conn != nil {
+				conn.Close()
+			}
+			t.Errorf("ConnectWorker(%+v, creds) = %v, want ErrInvalidArgument", w, err)
+		}
+	}
+	for _, w := range discover(t, namespace) {
+		if w.Refusal != wool.RefusalNone {
+			t.Errorf("a plaintext worker listed without credentials: %+v", w)
+		}
+	}
+	gated, err := creds.WithPeers("w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gated.Close()
+	w2 := wool.DiscoveredWorker{Address: "127.0.0.1:1", Version: "0.15.7", Secure: true, Identity: "w2"}
+	_, err = wool.ConnectWorker(w2, gated)
+	if !errors.Is(err, wool.ErrInvalidArgument) || !strings.Contains(err.Error(), "accepted peers: w1") {
+		t.Errorf("ConnectWorker of w2 under peers w1 = %v", err)
+	}
+	w1 := w2
+	w1.Identity = "w1"
+	conn, err := wool.ConnectWorker(w1, gated)
+	if err != nil {
+		t.Errorf("ConnectWorker of w1 under peers w1: %v", err)
+	} else {
+		conn.Close()
+	}
+	if _, err := creds.WithPeers(" "); !errors.Is(err, wool.ErrInvalidArgument) {
+		t.Errorf("WithPeers(\" \") = %v, want ErrInvalidArgument", err)
 	}
 }
