@@ -244,6 +244,8 @@ pub(super) fn channel_options(
 /// A worker's advertised options (Wool's `WorkerMetadata.options`, the record's `connection`)
 /// as [`ChannelOptions`], or why they are out of range: each must be positive (the pings
 /// limit may be 0, "no limit") and pass [`ChannelOptions::validate`].
+// Set field by field, as code outside the crate must (ChannelOptions is non_exhaustive).
+#[allow(clippy::field_reassign_with_default)]
 pub(super) fn advertised_options(
     wire: &crate::protocol::ChannelOptions,
 ) -> Result<ChannelOptions, String> {
@@ -315,8 +317,10 @@ mod tests {
             compression: 0,
         };
         let advertised = advertised_options(&wire).unwrap();
-        let mut own = ChannelOptions::default();
-        own.max_receive_message_bytes = 64 << 10;
+        let own = ChannelOptions {
+            max_receive_message_bytes: 64 << 10,
+            ..ChannelOptions::default()
+        };
         let merged = channel_options(Some(&advertised), own.clone());
         assert_eq!(merged.max_receive_message_bytes, 64 << 10);
         assert_eq!(merged.max_send_message_bytes, 1 << 20);
