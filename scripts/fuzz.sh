@@ -8,7 +8,8 @@
 #
 # The targets (see each file's doc comment): target_parse, credentials_pem, c_api (the C ABI
 # driven by arbitrary calls), authority (the worker's Unix-socket :authority rewriter), dispatch
-# (the worker's dispatch handling of arbitrary request bodies). A crash leaves its input in
+# (the worker's dispatch handling of arbitrary request bodies), scaler_metadata (the scaler's
+# scalerMetadata reader on any map of strings). A crash leaves its input in
 # fuzz/artifacts/<target>/ and fails the script; each one found becomes a regression test in
 # the normal suite, beside the code it broke (a unit test, or a case of the C harness), and its
 # input joins the corpus.
@@ -20,7 +21,7 @@ cd "$ROOT/fuzz"
 
 SECONDS_EACH="${1:-60}"
 shift || true
-ALL=(target_parse credentials_pem c_api authority dispatch)
+ALL=(target_parse credentials_pem c_api authority dispatch scaler_metadata)
 TARGETS=("${@:-${ALL[@]}}")
 
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then

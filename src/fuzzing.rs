@@ -154,3 +154,91 @@ pub fn server_credentials(cert: &[u8], key: &[u8], client_ca: Option<&[u8]>) -> 
     };
     credentials.check().is_ok()
 }
+
+/// What one fuzzed `scalerMetadata` map read as.
+#[derive(Debug, PartialEq, Eq)]
+pub enum MetadataOutcome {
+    /// A fleet spec, within every documented bound.
+    Spec,
+    /// `INVALID_ARGUMENT`.
+    Invalid,
+}
+
+/// Reads `pairs` as a ScaledObject's `scalerMetadata` (the last value of a repeated key wins,
+/// as in the map gRPC decodes) the way `wool-scaler` reads every call's. Panics if the reading
+/// fails with anything but `INVALID_ARGUMENT`, or if a spec it gives passes a documented bound
+/// (targets, their sizes, names, paths, durations, `targetValue`), holds more text than the
+/// input did, or makes the arithmetic a sweep does on it overflow.
+pub fn scaler_metadata(pairs: &[(String, String)]) -> MetadataOutcome {
+    use crate::scaler::metadata::{
+        FleetSpec, Source, MAX_IDLE_THRESHOLD, MAX_NAMESPACE_BYTES, MAX_PATH_BYTES,
+        MAX_SERVER_NAME_BYTES, MAX_SWEEP_AGE, MAX_SWEEP_TIMEOUT, MAX_TARGETS, MAX_TARGET_BYTES,
+    };
+    let metadata: std::collections::HashMap<String, String> = pairs.iter().cloned().collect();
+    let input_bytes: usize = metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let spec = match FleetSpec::from_metadata(&metadata) {
+        Ok(spec) => spec,
+        Err(error) => {
+            assert_eq!(
+                error.kind(),
+                crate::ErrorKind::InvalidArgument,
+                "a metadata map failed otherwise than INVALID_ARGUMENT: {error}"
+            );
+            return MetadataOutcome::Invalid;
+        }
+    };
+    let mut held = 0;
+    match &spec.source {
+        Source::Targets(targets) => {
+            assert!(!targets.is_empty() && targets.len() <= MAX_TARGETS);
+            for target in targets {
+                assert!(
+                    target.len() <= MAX_TARGET_BYTES,
+                    "a target of {} bytes",
+                    target.len()
+                );
+                held += target.len();
+            }
+        }
+        Source::Namespace { name, .. } => {
+            assert!(!name.is_empty() && name.len() <= MAX_NAMESPACE_BYTES);
+            held += name.len();
+        }
+        Source::Dns { name, port } => {
+            assert!(!name.is_empty() && name.len() <= 255 && *port != 0);
+            held += name.len();
+        }
+    }
+    if let Some(tls) = &spec.tls {
+        let paths = std::iter::once(&tls.ca).chain(tls.client.iter().flat_map(|(c, k)| [c, k]));
+        for path in paths {
+            let len = path.as_os_str().len();
+            assert!(
+                len > 0 && len <= MAX_PATH_BYTES,
+                "a TLS path of {len} bytes"
+            );
+            held += len;
+        }
+        if let Some(name) = &tls.server_name {
+            assert!(name.len() <= MAX_SERVER_NAME_BYTES);
+            held += name.len();
+        }
+    }
+    assert!(
+        held <= input_bytes,
+        "the spec holds {held} bytes from {input_bytes}"
+    );
+    assert!(spec.idle_threshold <= MAX_IDLE_THRESHOLD);
+    assert!(spec.max_sweep_age <= MAX_SWEEP_AGE);
+    assert!(
+        spec.sweep_timeout >= Duration::from_millis(100) && spec.sweep_timeout <= MAX_SWEEP_TIMEOUT
+    );
+    assert!((0.001..=1_000_000.0).contains(&spec.target_value));
+    // The arithmetic a call and a sweep do with the spec's durations.
+    let now = std::time::Instant::now();
+    assert!(now.checked_add(spec.max_sweep_age).is_some());
+    assert!(now.checked_add(spec.sweep_timeout * 2).is_some());
+    assert!(spec.idle_threshold.as_secs_f64().is_finite());
+    let _ = spec.fleet_key();
+    MetadataOutcome::Spec
+}

@@ -405,14 +405,16 @@ fn a_dns_name_and_port_name_the_workers() {
     task.abort();
 }
 
-/// Given a worker serving mutual TLS, when the metadata gives the CA and client pair by path,
-/// then the scaler reads it (idle: metric 0); without TLS metadata it cannot (unreachable:
-/// metric 1); a TLS file that does not exist is INVALID_ARGUMENT naming it.
+/// Given a worker serving mutual TLS and a scaler started with `--tls-files-dir` naming the
+/// directory of the PKI's files, when the metadata gives the CA and client pair by path, then
+/// the scaler reads it (idle: metric 0); without TLS metadata it cannot (unreachable: metric
+/// 1); a TLS file that does not exist is INVALID_ARGUMENT naming it.
 #[test]
 fn tls_material_by_path_reaches_a_mutual_tls_worker() {
     let pki = common::Pki::generate();
     let worker = WorkerProcess::spawn(&pki.mutual_args());
-    let scaler = ScalerProcess::start();
+    let dir = pki.ca_path.parent().unwrap().display().to_string();
+    let scaler = ScalerProcess::start_with(&["--tls-files-dir".into(), dir], &[]);
     let ca = pki.ca_path.display().to_string();
     let cert = pki.leaf.cert_path.display().to_string();
     let key = pki.leaf.key_path.display().to_string();
@@ -580,8 +582,8 @@ fn the_scaler_serves_mutual_tls_to_keda_with_a_plaintext_health_port() {
 /// then they share their sweeps (the worker sees a handful of polls a second, not one per
 /// stream turn); and given a frozen worker, twenty concurrent calls with `maxSweepAge: 0` share
 /// one sweep bounded by `sweepTimeout` instead of queueing one sweep each behind it. A
-/// certificate path naming a FIFO or `/dev/zero` is refused at once and the scaler keeps
-/// answering.
+/// certificate path naming a FIFO (in the scaler's `--tls-files-dir`) or `/dev/zero` (outside
+/// it) is refused at once and the scaler keeps answering.
 #[test]
 fn calls_and_streams_share_sweeps_and_hostile_paths_are_refused() {
     use wool::protocol::externalscaler::external_scaler_client::ExternalScalerClient;
@@ -590,7 +592,11 @@ fn calls_and_streams_share_sweeps_and_hostile_paths_are_refused() {
     let worker_metrics = common::unused_local_address();
     let worker = WorkerProcess::spawn(&["--metrics-listen".into(), worker_metrics.clone()]);
     let polls = || common::scrape(&worker_metrics)["wool_worker_idle_polls_total"];
-    let scaler = ScalerProcess::start();
+    let dir = tempfile::tempdir().unwrap();
+    let scaler = ScalerProcess::start_with(
+        &["--tls-files-dir".into(), dir.path().display().to_string()],
+        &[],
+    );
     let meta = [("targets", worker.address.as_str()), ("maxSweepAge", "0")];
     let streams = [scaler.stream("a", &meta), scaler.stream("b", &meta)];
     for stream in &streams {
@@ -670,7 +676,6 @@ fn calls_and_streams_share_sweeps_and_hostile_paths_are_refused() {
         "calls queued: slowest {slowest:?}"
     );
 
-    let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("ca.pem");
     let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: a valid NUL-terminated path.
@@ -681,8 +686,361 @@ fn calls_and_streams_share_sweeps_and_hostile_paths_are_refused() {
         let answer = scaler.poll("hostile", &hostile);
         assert_eq!(answer["error"]["code"], "InvalidArgument", "{answer}");
         let message = answer["error"]["message"].as_str().unwrap();
-        assert!(message.contains("not a regular file"), "{message}");
+        assert!(message.contains("cannot be used"), "{message}");
     }
     let plain = [("targets", worker.address.as_str()), ("idleThreshold", "0")];
     assert_eq!(scaler.busy("after", &plain), (0.0, false));
+}
+
+/// A ScaledObjectRef in `namespace` named `name` with this metadata (for tonic's client).
+fn reference(
+    namespace: &str,
+    name: &str,
+    meta: &[(&str, &str)],
+) -> wool::protocol::externalscaler::ScaledObjectRef {
+    wool::protocol::externalscaler::ScaledObjectRef {
+        name: name.into(),
+        namespace: namespace.into(),
+        scaler_metadata: meta
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
+/// `count` plaintext connections to the scaler (HTTP/2 allows a server 200 streams at once on
+/// one connection by default: many streams need several).
+async fn scaler_channels(address: &str, count: usize) -> Vec<tonic::transport::Channel> {
+    let mut channels = Vec::new();
+    for _ in 0..count {
+        channels.push(
+            tonic::transport::Channel::from_shared(format!("http://{address}"))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap(),
+        );
+    }
+    channels
+}
+
+/// GetMetrics for `reference` over `channel`: the metric, or the status.
+async fn get_metrics(
+    channel: &tonic::transport::Channel,
+    reference: wool::protocol::externalscaler::ScaledObjectRef,
+) -> Result<f64, tonic::Status> {
+    use wool::protocol::externalscaler::external_scaler_client::ExternalScalerClient;
+    use wool::protocol::externalscaler::GetMetricsRequest;
+    ExternalScalerClient::new(channel.clone())
+        .get_metrics(GetMetricsRequest {
+            scaled_object_ref: Some(reference),
+            metric_name: wool::scaler::METRIC_NAME.into(),
+        })
+        .await
+        .map(|answer| answer.into_inner().metric_values[0].metric_value_float)
+}
+
+/// Opens StreamIsActive for each reference, spread over `channels`: the open streams (kept
+/// open while held) or each refusal's status.
+async fn open_streams(
+    channels: &[tonic::transport::Channel],
+    references: Vec<wool::protocol::externalscaler::ScaledObjectRef>,
+) -> Vec<Result<tonic::Streaming<wool::protocol::externalscaler::IsActiveResponse>, tonic::Status>>
+{
+    use wool::protocol::externalscaler::external_scaler_client::ExternalScalerClient;
+    let opens = references.into_iter().enumerate().map(|(i, reference)| {
+        let mut client = ExternalScalerClient::new(channels[i % channels.len()].clone());
+        async move {
+            client
+                .stream_is_active(reference)
+                .await
+                .map(|r| r.into_inner())
+        }
+    });
+    let mut opened = Vec::new();
+    // In batches: a few hundred at once, not all.
+    let mut opens = opens.peekable();
+    while opens.peek().is_some() {
+        let batch: Vec<_> = opens.by_ref().take(200).collect();
+        opened.extend(futures_util::future::join_all(batch).await);
+    }
+    opened
+}
+
+/// Given metadata whose durations or numbers overflow (`idleThreshold`
+/// `18446744073709551615s`, `maxSweepAge` `18446744073709551615s` or beyond an hour,
+/// `sweepTimeout` beyond a minute, `port` 99999), then every call of KEDA's client gets
+/// INVALID_ARGUMENT naming the key (never an internal error or a dropped connection from a
+/// panic), and the scaler keeps serving.
+#[test]
+fn overflowing_durations_and_numbers_are_invalid_argument() {
+    let scaler = ScalerProcess::start();
+    let worker = WorkerProcess::plaintext();
+    let target = worker.address.as_str();
+    for (meta, says) in [
+        (
+            vec![
+                ("targets", target),
+                ("maxSweepAge", "18446744073709551615s"),
+            ],
+            "maxSweepAge",
+        ),
+        (
+            vec![
+                ("targets", target),
+                ("idleThreshold", "18446744073709551615s"),
+            ],
+            "idleThreshold",
+        ),
+        (
+            vec![("targets", target), ("idleThreshold", "1e30s")],
+            "idleThreshold",
+        ),
+        (
+            vec![("targets", target), ("maxSweepAge", "1000000h")],
+            "maxSweepAge",
+        ),
+        (
+            vec![
+                ("targets", target),
+                ("sweepTimeout", "18446744073709551615s"),
+            ],
+            "sweepTimeout",
+        ),
+        (vec![("dnsName", "localhost"), ("port", "99999")], "port"),
+    ] {
+        // Twice: the second call finds the first one's census (an overflow in `at + age`).
+        for _ in 0..2 {
+            let answer = scaler.poll("overflow", &meta);
+            assert_eq!(
+                answer["error"]["code"], "InvalidArgument",
+                "{meta:?}: {answer}"
+            );
+            let message = answer["error"]["message"].as_str().unwrap();
+            assert!(message.contains(says), "{meta:?}: {message}");
+        }
+    }
+    let good = [("targets", target), ("idleThreshold", "0")];
+    assert_eq!(scaler.busy("good", &good), (0.0, false));
+}
+
+/// Given one namespace opening StreamIsActive for 1,100 distinct fleets (the same unreachable
+/// target under 1,100 sweep deadlines), then at most 64 are opened and the rest are
+/// RESOURCE_EXHAUSTED saying why; a ScaledObject of another namespace naming a new fleet is
+/// still answered (before these bounds, the streams held all 1,024 fleet slots and it got
+/// UNAVAILABLE).
+#[test]
+fn one_namespace_cannot_hold_every_fleet() {
+    let scaler = ScalerProcess::start();
+    let worker = WorkerProcess::plaintext();
+    let runtime = common::runtime();
+    runtime.block_on(async {
+        let channels = scaler_channels(&scaler.address, 8).await;
+        let timeouts: Vec<String> = (0..1100).map(|i| format!("{}ms", 100 + i)).collect();
+        let references = timeouts
+            .iter()
+            .enumerate()
+            .map(|(i, timeout)| {
+                reference(
+                    "hog",
+                    &format!("so-{i}"),
+                    &[
+                        ("targets", "127.0.0.1:1"),
+                        ("maxSweepAge", "1h"),
+                        ("sweepTimeout", timeout),
+                    ],
+                )
+            })
+            .collect();
+        let opened = open_streams(&channels, references).await;
+        let open = opened.iter().filter(|o| o.is_ok()).count();
+        let refused: Vec<&tonic::Status> = opened.iter().filter_map(|o| o.as_ref().err()).collect();
+        eprintln!("one namespace, 1,100 fleets: {open} streams opened");
+        assert!(open <= 64, "{open} streams opened");
+        assert!(!refused.is_empty());
+        for status in &refused {
+            assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+            assert!(status.message().contains("\"hog\""), "{status:?}");
+        }
+        let other = reference(
+            "other",
+            "workers",
+            &[("targets", worker.address.as_str()), ("idleThreshold", "0")],
+        );
+        assert_eq!(get_metrics(&channels[0], other).await.unwrap(), 0.0);
+        drop(opened);
+    });
+}
+
+/// Given 1,024 streams open (16 namespaces of 64, one fleet), when one more namespace opens a
+/// stream, then it is RESOURCE_EXHAUSTED naming the bound, while a GetMetrics of another
+/// ScaledObject is still answered; once the streams close, a stream opens again.
+#[test]
+fn streams_past_the_total_are_resource_exhausted_while_calls_are_answered() {
+    let scaler = ScalerProcess::start();
+    let worker = WorkerProcess::plaintext();
+    let meta = [
+        ("targets", worker.address.as_str()),
+        ("maxSweepAge", "1h"),
+        ("idleThreshold", "0"),
+    ];
+    common::runtime().block_on(async {
+        let channels = scaler_channels(&scaler.address, 8).await;
+        let references = (0..1024)
+            .map(|i| reference(&format!("ns-{}", i % 16), &format!("so-{i}"), &meta))
+            .collect();
+        let opened = open_streams(&channels, references).await;
+        for outcome in &opened {
+            assert!(outcome.is_ok(), "{:?}", outcome.as_ref().err());
+        }
+        let more = open_streams(&channels, vec![reference("late", "so", &meta)]).await;
+        let status = more.into_iter().next().unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+        assert!(status.message().contains("1024 streams"), "{status:?}");
+        let call = reference("late", "polled", &meta);
+        assert_eq!(get_metrics(&channels[0], call).await.unwrap(), 0.0);
+        drop(opened);
+        // The scaler sees the streams end (the client resets them) and frees their slots.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let again = open_streams(&channels, vec![reference("late", "so", &meta)]).await;
+            if again[0].is_ok() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no stream slot came back");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+}
+
+/// Given a scaler with `--tls-files-dir D`, when metadata names as `workerTlsCa` a missing file
+/// in D, a directory in D, a FIFO in D, an unreadable file in D (when not run as root), a
+/// symbolic link in D to a CA outside it, a `..` path out of D, and a readable CA outside D,
+/// then each is INVALID_ARGUMENT with the same message but for the path (no "No such file" or
+/// "Permission denied" to tell them apart), the log says why; a CA in D reaches the worker.
+/// Without the flag, no metadata TLS file is taken.
+#[test]
+fn tls_files_outside_the_directory_or_unusable_are_refused_alike() {
+    let pki = common::Pki::generate();
+    let worker = WorkerProcess::spawn(&pki.one_way_args());
+    let allowed = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let ca_pem = std::fs::read(&pki.ca_path).unwrap();
+    let good = allowed.path().join("ca.pem");
+    std::fs::write(&good, &ca_pem).unwrap();
+    let outside_ca = outside.path().join("ca.pem");
+    std::fs::write(&outside_ca, &ca_pem).unwrap();
+    std::fs::create_dir(allowed.path().join("dir.pem")).unwrap();
+    let fifo = allowed.path().join("fifo.pem");
+    let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    std::os::unix::fs::symlink(&outside_ca, allowed.path().join("link.pem")).unwrap();
+    let unreadable = allowed.path().join("unreadable.pem");
+    std::fs::write(&unreadable, &ca_pem).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&unreadable, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let escape = format!(
+        "{}/../{}/ca.pem",
+        allowed.path().display(),
+        outside.path().file_name().unwrap().to_str().unwrap()
+    );
+    let mut hostile: Vec<String> = vec![
+        allowed.path().join("missing.pem").display().to_string(),
+        allowed.path().join("dir.pem").display().to_string(),
+        fifo.display().to_string(),
+        allowed.path().join("link.pem").display().to_string(),
+        escape,
+        outside_ca.display().to_string(),
+    ];
+    // SAFETY: no arguments, no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        hostile.push(unreadable.display().to_string());
+    }
+    let scaler = ScalerProcess::start_with(
+        &[
+            "--tls-files-dir".into(),
+            allowed.path().display().to_string(),
+        ],
+        &[],
+    );
+    let server_name = "localhost";
+    let mut messages = std::collections::BTreeSet::new();
+    for path in &hostile {
+        let meta = [
+            ("targets", worker.address.as_str()),
+            ("workerTlsCa", path.as_str()),
+            ("workerTlsServerName", server_name),
+        ];
+        let answer = scaler.poll("hostile", &meta);
+        assert_eq!(
+            answer["error"]["code"], "InvalidArgument",
+            "{path}: {answer}"
+        );
+        let message = answer["error"]["message"].as_str().unwrap();
+        messages.insert(message.replace(&format!("{path:?}"), "PATH"));
+    }
+    assert_eq!(messages.len(), 1, "the refusals differ: {messages:#?}");
+    let message = messages.into_iter().next().unwrap();
+    for leak in [
+        "No such file",
+        "Permission denied",
+        "regular file in",
+        "outside",
+    ] {
+        if leak != "regular file in" {
+            assert!(!message.contains(leak), "{message}");
+        }
+    }
+    common::expect_log_line(&scaler.log, "refusing a TLS file", Duration::from_secs(5));
+    let good_meta = [
+        ("targets", worker.address.as_str()),
+        ("workerTlsCa", good.to_str().unwrap()),
+        ("idleThreshold", "0"),
+    ];
+    assert_eq!(scaler.busy("good", &good_meta), (0.0, false));
+
+    let unset = ScalerProcess::start();
+    let answer = unset.poll("unset", &good_meta);
+    assert_eq!(answer["error"]["code"], "InvalidArgument", "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("--tls-files-dir"), "{message}");
+}
+
+/// Given a ScaledObject whose namespace and name are 200 bytes each, then its `scaledobject`
+/// label in /metrics is cut to 128 bytes (ending with a hash); a 10 KB name is INVALID_ARGUMENT
+/// and never becomes a label.
+#[test]
+fn long_names_are_cut_in_metric_labels() {
+    let scaler = ScalerProcess::start();
+    let worker = WorkerProcess::plaintext();
+    let meta = [("targets", worker.address.as_str()), ("idleThreshold", "0")];
+    let long_ns = "n".repeat(200);
+    let long_name = "s".repeat(200);
+    let huge = "h".repeat(10_000);
+    common::runtime().block_on(async {
+        let channels = scaler_channels(&scaler.address, 1).await;
+        let answer = get_metrics(&channels[0], reference(&long_ns, &long_name, &meta)).await;
+        assert_eq!(answer.unwrap(), 0.0);
+        let status = get_metrics(&channels[0], reference("default", &huge, &meta))
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    });
+    let metrics = common::scrape(&scaler.metrics);
+    let series: Vec<&String> = metrics
+        .keys()
+        .filter(|k| k.starts_with("wool_scaler_busy_workers{"))
+        .collect();
+    assert_eq!(series.len(), 1, "{series:?}");
+    let label = series[0]
+        .split("scaledobject=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap();
+    assert!(label.len() <= 128, "a label of {} bytes", label.len());
+    assert!(label.starts_with("nnnn"), "{label}");
+    assert!(!metrics.keys().any(|k| k.contains("hhhhhhhh")));
 }

@@ -1,7 +1,8 @@
 //! `wool-scaler`: a KEDA external scaler fed by Wool workers' idle time.
 //!
 //! `wool-scaler [--listen ADDR] [--tls-ca PATH --tls-cert PATH --tls-key PATH [--one-way]]
-//!  [--health-listen ADDR] [--metrics-listen ADDR] [--log-format text|json] [--log-level LEVEL]`
+//!  [--health-listen ADDR] [--metrics-listen ADDR] [--tls-files-dir DIR]
+//!  [--log-format text|json] [--log-level LEVEL]`
 //!
 //! Serves KEDA's `externalscaler.ExternalScaler` (and grpc.health.v1, server reflection) on
 //! `--listen`; each ScaledObject's `scalerMetadata` says which workers and how to count them
@@ -39,6 +40,11 @@ struct Args {
     /// given, calls, sweeps and their durations) over plaintext HTTP on this `host:port`.
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<String>,
+    /// The directory the TLS files a ScaledObject's metadata names (`workerTlsCa`,
+    /// `workerTlsCert`, `workerTlsKey`) must be in, once symbolic links and `..` are resolved
+    /// (e.g. the mounted Secret, `/tls`). Without it, metadata may name no TLS files.
+    #[arg(long, value_name = "DIR")]
+    tls_files_dir: Option<std::path::PathBuf>,
     /// How log lines on stderr look: human text, or one JSON object per line for machines.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -77,6 +83,15 @@ async fn run(args: Args) -> Result<(), String> {
     }
     if let Some(metrics) = &args.metrics_listen {
         builder = builder.metrics_listen(metrics.clone());
+    }
+    if let Some(dir) = &args.tls_files_dir {
+        if !dir.is_dir() {
+            return Err(format!(
+                "--tls-files-dir {}: not a directory the scaler can read",
+                dir.display()
+            ));
+        }
+        builder = builder.tls_files_dir(dir.clone());
     }
     let scaler = builder.serve().await.map_err(|e| e.to_string())?;
     cli::print_address(scaler.address())?;

@@ -4,19 +4,57 @@
 //! stampedes the workers.
 
 use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hickory_resolver::TokioResolver;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinHandle;
+use tonic::Code;
 
-use super::metadata::{CountAs, FleetKey, FleetSpec, Source};
+use super::metadata::{CountAs, FleetKey, FleetSpec, Source, TlsFiles, MAX_TARGETS};
 use crate::connection::{ChannelOptions, Error, ErrorKind, WorkerConnection, WorkerCredentials};
-use crate::fleet::discovery::{Discovery, LanDiscovery, LocalDiscovery};
+use crate::fleet::discovery::{
+    DiscoveredWorker, Discovery, LanDiscovery, LocalDiscovery, DEFAULT_LISTEN,
+};
 use crate::fleet::{sweep, Reason, SweepOptions};
 
 /// How long a fleet no call has asked about is kept (its connections, its census).
 const UNUSED_FLEET_TTL: Duration = Duration::from_secs(600);
+
+/// The shortest time between the starts of two sweeps of one fleet, however small it is.
+pub(crate) const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The most polls a second one fleet's sweeps make: a fleet of `n` members sweeps at most once
+/// every `n / 2000` seconds (10,000 targets: every 5 s), a call asking for a fresher answer
+/// waits for the next allowed sweep.
+pub(crate) const POLLS_PER_SECOND_PER_FLEET: u32 = 2000;
+
+/// The most discovery listings (a LAN browse, a registry scan) running at once in the process,
+/// across fleets; a fleet runs at most one at a time.
+pub(crate) const MAX_LISTINGS: usize = 16;
+
+/// Held by each discovery listing while it runs (released when the listing's thread ends, not
+/// when the sweep waiting for it gives up).
+static LISTINGS: Semaphore = Semaphore::const_new(MAX_LISTINGS);
+
+/// How often a fleet of `members` may sweep (see [`POLLS_PER_SECOND_PER_FLEET`]).
+fn sweep_interval(members: usize) -> Duration {
+    let budget = Duration::from_secs_f64(members as f64 / f64::from(POLLS_PER_SECOND_PER_FLEET));
+    budget.max(MIN_SWEEP_INTERVAL)
+}
+
+/// How long a LAN listing listens: [`DEFAULT_LISTEN`], or half the sweep's deadline when that
+/// is shorter, so that the listing ends within the sweep that started it.
+fn lan_listen(sweep_timeout: Duration) -> Duration {
+    DEFAULT_LISTEN.min(sweep_timeout / 2)
+}
+
+/// A failure that is the scaler's bound, not the caller's mistake: `RESOURCE_EXHAUSTED`.
+pub(crate) fn exhausted(message: String) -> Error {
+    Error::new(ErrorKind::Transient, Some(Code::ResourceExhausted), message)
+}
 
 /// One sweep of a fleet: each member's poll outcome, in a stable order (by address).
 #[derive(Debug)]
@@ -113,6 +151,11 @@ struct Members {
     unreachable: HashSet<String>,
     /// Whether the last listing found nobody (to log the change to none once).
     listed_none: bool,
+    /// When the next sweep may start ([`sweep_interval`] after the last one started).
+    next_sweep: Option<Instant>,
+    /// A discovery listing still running (a sweep whose deadline passed left it): the next
+    /// sweep waits for it rather than starting another.
+    listing: Option<JoinHandle<Result<Vec<DiscoveredWorker>, Error>>>,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -124,33 +167,25 @@ impl std::fmt::Debug for Fleet {
 }
 
 impl Fleet {
-    /// A fleet for `spec`, no I/O but reading its TLS files.
+    /// A fleet for `spec`, no I/O but reading its TLS files, which must be in `tls_files_dir`
+    /// (canonical; `None`: metadata may name no TLS files).
     ///
-    /// Errors: [`ErrorKind::InvalidArgument`] naming a TLS file that cannot be read or does
-    /// not hold what it should, or a bad namespace.
-    pub(crate) fn new(spec: &FleetSpec) -> Result<Self, Error> {
+    /// Errors: [`ErrorKind::InvalidArgument`] for a TLS file that cannot be used (one message
+    /// whether it is missing, unreadable, not a regular file, outside the directory or not
+    /// TLS material: the log says which), or a bad namespace.
+    pub(crate) fn new(spec: &FleetSpec, tls_files_dir: Option<&Path>) -> Result<Self, Error> {
         let key = spec.fleet_key();
         let credentials = match &key.tls {
             None => None,
-            Some(tls) => {
-                let (cert, key) = match &tls.client {
-                    Some((cert, key)) => (Some(cert.as_path()), Some(key.as_path())),
-                    None => (None, None),
-                };
-                Some(WorkerCredentials::from_files_reloadable(
-                    &tls.ca,
-                    key,
-                    cert,
-                    tls.client.is_some(),
-                    tls.server_name.as_deref(),
-                )?)
-            }
+            Some(tls) => Some(tls_credentials(tls, tls_files_dir)?),
         };
         let discovery = match &key.source {
             Source::Namespace { name, lan: false } => {
                 Some(Discovery::Local(LocalDiscovery::new(name)?))
             }
-            Source::Namespace { name, lan: true } => Some(Discovery::Lan(LanDiscovery::new(name)?)),
+            Source::Namespace { name, lan: true } => Some(Discovery::Lan(
+                LanDiscovery::new(name)?.listen_for(lan_listen(spec.sweep_timeout)),
+            )),
             _ => None,
         };
         Ok(Self {
@@ -168,6 +203,15 @@ impl Fleet {
     /// Where the fleet's members come from, for logs and the metrics' `fleet` label.
     pub(crate) fn source(&self) -> &str {
         &self.label
+    }
+
+    /// How many targets the metadata lists (1 for a DNS name or a namespace, whose members are
+    /// known only when listed): its weight in [`MAX_TOTAL_TARGETS`].
+    pub(crate) fn listed_targets(&self) -> usize {
+        match &self.key.source {
+            Source::Targets(targets) => targets.len(),
+            _ => 1,
+        }
     }
 
     /// The latest census and each one after it, for streams.
@@ -190,11 +234,12 @@ impl Fleet {
     ) -> Result<(Arc<Census>, Freshness), Error> {
         let arrived = Instant::now();
         *self.last_used.lock().expect("not poisoned") = arrived;
+        // Checked: an age past what an `Instant` can hold means any census will do.
         let fresh = || {
             self.latest
                 .borrow()
                 .as_ref()
-                .filter(|census| census.at + max_age >= arrived)
+                .filter(|census| census.at.checked_add(max_age).is_none_or(|t| t >= arrived))
                 .cloned()
         };
         if let Some(census) = fresh() {
@@ -203,6 +248,9 @@ impl Fleet {
         let mut members = self.sweeping.lock().await;
         if let Some(census) = fresh() {
             return Ok((census, Freshness::Cached));
+        }
+        if let Some(at) = members.next_sweep {
+            tokio::time::sleep_until(at.into()).await;
         }
         let census = Arc::new(self.sweep(&mut members, spec).await?);
         self.latest.send_replace(Some(Arc::clone(&census)));
@@ -221,9 +269,11 @@ impl Fleet {
 
     async fn sweep(&self, members: &mut Members, spec: &FleetSpec) -> Result<Census, Error> {
         let started = Instant::now();
+        // Set before anything can fail: a failing sweep is rate-limited too.
+        members.next_sweep = Some(started + MIN_SWEEP_INTERVAL);
         // The sweep's one deadline covers the listing too (a DNS server that does not answer,
         // a LAN browse): the polls get what is left of it.
-        let listed = tokio::time::timeout(spec.sweep_timeout, self.list())
+        let listed = tokio::time::timeout(spec.sweep_timeout, self.list(&mut members.listing))
             .await
             .map_err(|_| {
                 transient(format!(
@@ -235,6 +285,13 @@ impl Fleet {
             .sweep_timeout
             .saturating_sub(started.elapsed())
             .max(Duration::from_millis(1));
+        if listed.len() > MAX_TARGETS {
+            return Err(transient(format!(
+                "the listing gave {} workers, more than {MAX_TARGETS}",
+                listed.len()
+            )));
+        }
+        members.next_sweep = Some(started + sweep_interval(listed.len()));
         if listed.is_empty() && !members.listed_none {
             // A misspelt name or namespace reads like a fleet scaled to zero: say which.
             tracing::warn!(source = %self.label,
@@ -309,8 +366,13 @@ impl Fleet {
         members.unreachable = now;
     }
 
-    /// The members now: listed, resolved or discovered.
-    async fn list(&self) -> Result<Vec<Member>, Error> {
+    /// The members now: listed, resolved or discovered. A discovery listing runs on a thread
+    /// of its own, parked in `listing` while it runs, so that a sweep that gives up on it
+    /// leaves it for the next sweep to wait for instead of starting a second one.
+    async fn list(
+        &self,
+        listing: &mut Option<JoinHandle<Result<Vec<DiscoveredWorker>, Error>>>,
+    ) -> Result<Vec<Member>, Error> {
         match &self.key.source {
             Source::Targets(targets) => Ok(targets
                 .iter()
@@ -346,10 +408,22 @@ impl Fleet {
                     .collect())
             }
             Source::Namespace { .. } => {
-                let discovery = self.discovery.clone().expect("made with the fleet");
-                let listing = tokio::task::spawn_blocking(move || discovery.list())
-                    .await
-                    .map_err(|e| transient(format!("listing the namespace: {e}")))??;
+                let running = match listing.take() {
+                    Some(running) if !running.is_finished() => running,
+                    _ => {
+                        let permit = LISTINGS.acquire().await.expect("never closed");
+                        let discovery = self.discovery.clone().expect("made with the fleet");
+                        tokio::task::spawn_blocking(move || {
+                            let _permit = permit;
+                            discovery.list()
+                        })
+                    }
+                };
+                let running = listing.insert(running);
+                let outcome = running.await;
+                *listing = None;
+                let listing =
+                    outcome.map_err(|e| transient(format!("listing the namespace: {e}")))??;
                 Ok(listing
                     .into_iter()
                     .map(|worker| Member {
@@ -400,6 +474,72 @@ impl Member {
     }
 }
 
+/// Credentials from the files `tls` names, each checked first by [`check_tls_file`].
+fn tls_credentials(tls: &TlsFiles, dir: Option<&Path>) -> Result<WorkerCredentials, Error> {
+    check_tls_file("workerTlsCa", &tls.ca, dir)?;
+    if let Some((cert, key)) = &tls.client {
+        check_tls_file("workerTlsCert", cert, dir)?;
+        check_tls_file("workerTlsKey", key, dir)?;
+    }
+    let (cert, key) = match &tls.client {
+        Some((cert, key)) => (Some(cert.as_path()), Some(key.as_path())),
+        None => (None, None),
+    };
+    // Read by the paths as given (not their canonical forms), so that a Secret volume's
+    // symbolic links swapped at a rotation are followed afresh.
+    WorkerCredentials::from_files_reloadable(
+        &tls.ca,
+        key,
+        cert,
+        tls.client.is_some(),
+        tls.server_name.as_deref(),
+    )
+    .map_err(|error| {
+        tracing::warn!(ca = %tls.ca.display(), %error,
+            "refusing TLS files named by scalerMetadata");
+        Error::invalid_argument(
+            "workerTlsCa, workerTlsCert, workerTlsKey: the files are not usable TLS material \
+             (the scaler's log says why)",
+        )
+    })
+}
+
+/// Checks that `path` (named by metadata `key`) is a regular file the scaler can open, inside
+/// `dir` once symbolic links and `..` are resolved. Every refusal gives the caller the same
+/// message, whatever the cause (so that an error tells no one whether a path exists); the log
+/// says the cause.
+fn check_tls_file(key: &str, path: &Path, dir: Option<&Path>) -> Result<(), Error> {
+    let Some(dir) = dir else {
+        return Err(Error::invalid_argument(format!(
+            "{key}: this scaler takes no TLS files from scalerMetadata (it was started without \
+             a TLS files directory, wool-scaler's --tls-files-dir)"
+        )));
+    };
+    let refuse = |why: &dyn std::fmt::Display| {
+        tracing::warn!(key, path = %path.display(), dir = %dir.display(),
+            "refusing a TLS file named by scalerMetadata: {why}");
+        Error::invalid_argument(format!(
+            "{key} {path:?} cannot be used: it must name a readable regular file in {} (the \
+             scaler's log says why)",
+            dir.display()
+        ))
+    };
+    let canonical = std::fs::canonicalize(path).map_err(|e| refuse(&e))?;
+    if !canonical.starts_with(dir) {
+        return Err(refuse(&format_args!(
+            "it resolves to {}, outside the directory",
+            canonical.display()
+        )));
+    }
+    let metadata = std::fs::metadata(&canonical).map_err(|e| refuse(&e))?;
+    if !metadata.is_file() {
+        return Err(refuse(&"not a regular file"));
+    }
+    // Opened (not read: a regular file cannot block) to learn whether it is readable.
+    std::fs::File::open(&canonical).map_err(|e| refuse(&e))?;
+    Ok(())
+}
+
 fn transient(message: String) -> Error {
     Error::new(ErrorKind::Transient, None, message)
 }
@@ -411,9 +551,14 @@ const MAX_READINGS: usize = 1024;
 /// (a list of thousands of targets) are read again at each call rather than held.
 const MAX_KEPT_METADATA_BYTES: usize = 64 * 1024;
 
-/// Most fleets kept at once; past it the least recently asked about, unless a stream holds it,
-/// makes way.
-const MAX_FLEETS: usize = 1024;
+/// Most fleets kept at once; past it the least recently asked about, unless a stream or a
+/// call in progress holds it, makes way. Larger than the streams and calls in progress
+/// together may hold ([`super::service`]'s bounds), so a new fleet always finds room.
+pub(crate) const MAX_FLEETS: usize = 2048;
+
+/// Most targets listed by all the kept fleets' metadata together; past it the least recently
+/// asked about fleets no stream or call holds make way.
+pub(crate) const MAX_TOTAL_TARGETS: usize = 100_000;
 
 /// The fleets the scaler is answering for, by [`FleetKey`], and the readings of the metadata
 /// maps calls came with, by the map's hash.
@@ -421,6 +566,95 @@ const MAX_FLEETS: usize = 1024;
 pub(crate) struct Fleets {
     fleets: Mutex<HashMap<FleetKey, Arc<Fleet>>>,
     readings: Mutex<HashMap<u64, Reading>>,
+    /// The directory TLS files named by metadata must be in, canonical (`None`: none may be
+    /// named).
+    tls_files_dir: Option<PathBuf>,
+    /// Who holds which fleets now (see [`Fleets::hold`]).
+    holders: Mutex<Holders>,
+}
+
+/// Most streams (`StreamIsActive`, `StreamMetricSpec`) open at once, all callers together.
+pub(crate) const MAX_STREAMS: usize = 1024;
+
+/// Most unary calls in progress (each holding its fleet while it sweeps) at once.
+pub(crate) const MAX_CALLS: usize = 512;
+
+/// Most streams and calls in progress at once for the ScaledObjects of one namespace.
+pub(crate) const MAX_HOLDS_PER_NAMESPACE: usize = 128;
+
+/// Most distinct fleets the streams and calls in progress of one namespace's ScaledObjects
+/// hold at once.
+pub(crate) const MAX_FLEETS_PER_NAMESPACE: usize = 64;
+
+/// Most targets listed by the fleets one namespace's streams and calls in progress hold.
+pub(crate) const MAX_TARGETS_PER_NAMESPACE: usize = 20_000;
+
+// Streams and calls together never hold every fleet slot: a new fleet always finds room.
+const _: () = assert!(MAX_STREAMS + MAX_CALLS < MAX_FLEETS);
+
+/// What a [`Hold`] is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HoldFor {
+    Stream,
+    Call,
+}
+
+/// The holds in force: streams and calls, and per ScaledObject namespace its holds and the
+/// fleets they hold.
+#[derive(Debug, Default)]
+struct Holders {
+    streams: usize,
+    calls: usize,
+    namespaces: HashMap<String, Tenant>,
+}
+
+/// One namespace's holds: how many, and per fleet (by address) how many hold it and the
+/// targets it lists.
+#[derive(Debug, Default)]
+struct Tenant {
+    holds: usize,
+    fleets: HashMap<usize, (usize, usize)>,
+}
+
+/// A stream's or a call's claim on a fleet (or, for a `StreamMetricSpec`, on a stream slot
+/// only), counted against the bounds above; released on drop.
+#[derive(Debug)]
+pub(crate) struct Hold {
+    fleets: Arc<Fleets>,
+    namespace: String,
+    /// Kept alive by the hold: a held fleet is never dropped from [`Fleets`].
+    fleet: Option<Arc<Fleet>>,
+    what: HoldFor,
+}
+
+fn fleet_id(fleet: &Arc<Fleet>) -> usize {
+    Arc::as_ptr(fleet) as usize
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let mut holders = self.fleets.holders.lock().expect("not poisoned");
+        match self.what {
+            HoldFor::Stream => holders.streams -= 1,
+            HoldFor::Call => holders.calls -= 1,
+        }
+        let Some(tenant) = holders.namespaces.get_mut(&self.namespace) else {
+            return;
+        };
+        tenant.holds -= 1;
+        if let Some(fleet) = &self.fleet {
+            let id = fleet_id(fleet);
+            if let Some((count, _)) = tenant.fleets.get_mut(&id) {
+                *count -= 1;
+                if *count == 0 {
+                    tenant.fleets.remove(&id);
+                }
+            }
+        }
+        if tenant.holds == 0 {
+            holders.namespaces.remove(&self.namespace);
+        }
+    }
 }
 
 /// A metadata map as a call sent it, what it reads as, and its fleet (not kept alive by this).
@@ -442,6 +676,99 @@ fn metadata_hash(metadata: &HashMap<String, String>) -> u64 {
 }
 
 impl Fleets {
+    /// Fleets whose metadata may name TLS files in `tls_files_dir` only (resolved now:
+    /// symbolic links and `..` followed); `None`, or a directory that cannot be resolved
+    /// (logged), refuses every TLS file named by metadata.
+    pub(crate) fn new(tls_files_dir: Option<&Path>) -> Self {
+        let tls_files_dir = tls_files_dir.and_then(|dir| match std::fs::canonicalize(dir) {
+            Ok(dir) => Some(dir),
+            Err(error) => {
+                tracing::error!(dir = %dir.display(), %error,
+                    "the TLS files directory cannot be resolved: metadata may name no TLS files");
+                None
+            }
+        });
+        Self {
+            tls_files_dir,
+            ..Self::default()
+        }
+    }
+
+    /// A hold on `fleet` for a stream or a call of a ScaledObject in `namespace` (the tenant:
+    /// in Kubernetes, who may create ScaledObjects there), while the bounds allow it:
+    /// [`MAX_STREAMS`], [`MAX_CALLS`], and per namespace [`MAX_HOLDS_PER_NAMESPACE`],
+    /// [`MAX_FLEETS_PER_NAMESPACE`] and [`MAX_TARGETS_PER_NAMESPACE`].
+    ///
+    /// Errors: [`ErrorKind::Transient`] with `RESOURCE_EXHAUSTED`, naming the bound.
+    pub(crate) fn hold(
+        self: &Arc<Self>,
+        namespace: &str,
+        fleet: Option<&Arc<Fleet>>,
+        what: HoldFor,
+    ) -> Result<Hold, Error> {
+        let mut holders = self.holders.lock().expect("not poisoned");
+        let holders = &mut *holders;
+        match what {
+            HoldFor::Stream if holders.streams >= MAX_STREAMS => {
+                return Err(exhausted(format!(
+                    "the scaler already serves {MAX_STREAMS} streams, its most"
+                )))
+            }
+            HoldFor::Call if holders.calls >= MAX_CALLS => {
+                return Err(exhausted(format!(
+                    "the scaler already has {MAX_CALLS} calls in progress, its most"
+                )))
+            }
+            _ => {}
+        }
+        let tenant = holders.namespaces.get(namespace);
+        let holds = tenant.map_or(0, |t| t.holds);
+        if holds >= MAX_HOLDS_PER_NAMESPACE {
+            return Err(exhausted(format!(
+                "namespace {namespace:?} already has {MAX_HOLDS_PER_NAMESPACE} streams and calls \
+                 in progress, the most for one namespace"
+            )));
+        }
+        if let Some(fleet) = fleet {
+            let fleets = tenant.map_or(0, |t| t.fleets.len());
+            let new = !tenant.is_some_and(|t| t.fleets.contains_key(&fleet_id(fleet)));
+            if new && fleets >= MAX_FLEETS_PER_NAMESPACE {
+                return Err(exhausted(format!(
+                    "namespace {namespace:?}'s streams and calls already use \
+                     {MAX_FLEETS_PER_NAMESPACE} fleets, the most for one namespace"
+                )));
+            }
+            let targets: usize = tenant.map_or(0, |t| t.fleets.values().map(|f| f.1).sum());
+            if new && targets + fleet.listed_targets() > MAX_TARGETS_PER_NAMESPACE {
+                return Err(exhausted(format!(
+                    "namespace {namespace:?}'s streams and calls already use fleets of {targets} \
+                     listed targets; this one's {} would pass {MAX_TARGETS_PER_NAMESPACE}, the \
+                     most for one namespace",
+                    fleet.listed_targets()
+                )));
+            }
+        }
+        match what {
+            HoldFor::Stream => holders.streams += 1,
+            HoldFor::Call => holders.calls += 1,
+        }
+        let tenant = holders.namespaces.entry(namespace.to_owned()).or_default();
+        tenant.holds += 1;
+        if let Some(fleet) = fleet {
+            tenant
+                .fleets
+                .entry(fleet_id(fleet))
+                .or_insert((0, fleet.listed_targets()))
+                .0 += 1;
+        }
+        Ok(Hold {
+            fleets: Arc::clone(self),
+            namespace: namespace.to_owned(),
+            fleet: fleet.cloned(),
+            what,
+        })
+    }
+
     /// The kept reading of `metadata` and its fleet, when there is one: a hash and a comparison,
     /// no parse and no I/O (KEDA repeats the same map at every poll).
     pub(crate) fn kept(
@@ -496,20 +823,26 @@ impl Fleets {
     /// stream holds.
     ///
     /// Errors: as [`Fleet::new`] (a fleet that cannot be made is not kept);
-    /// [`ErrorKind::Transient`] when [`MAX_FLEETS`] fleets are all held by streams.
+    /// [`ErrorKind::Transient`] with `RESOURCE_EXHAUSTED` when the fleets holding
+    /// [`MAX_FLEETS`] slots or [`MAX_TOTAL_TARGETS`] targets are all held.
     pub(crate) fn get(&self, spec: &FleetSpec) -> Result<Arc<Fleet>, Error> {
         let key = spec.fleet_key();
         if let Some(fleet) = self.fleets.lock().expect("not poisoned").get(&key) {
             return Ok(Arc::clone(fleet));
         }
-        let made = Arc::new(Fleet::new(spec)?);
+        let made = Arc::new(Fleet::new(spec, self.tls_files_dir.as_deref())?);
         let mut fleets = self.fleets.lock().expect("not poisoned");
         if let Some(fleet) = fleets.get(&key) {
             return Ok(Arc::clone(fleet)); // made meanwhile by another call
         }
         let held = |fleet: &Arc<Fleet>| Arc::strong_count(fleet) > 1;
         fleets.retain(|_, fleet| held(fleet) || !fleet.unused());
-        while fleets.len() >= MAX_FLEETS {
+        let targets = |fleets: &HashMap<FleetKey, Arc<Fleet>>| -> usize {
+            fleets.values().map(|fleet| fleet.listed_targets()).sum()
+        };
+        while fleets.len() >= MAX_FLEETS
+            || targets(&fleets) + made.listed_targets() > MAX_TOTAL_TARGETS
+        {
             let oldest = fleets
                 .iter()
                 .filter(|(_, fleet)| !held(fleet))
@@ -518,8 +851,11 @@ impl Fleets {
             match oldest {
                 Some(key) => fleets.remove(&key),
                 None => {
-                    return Err(transient(format!(
-                        "the scaler already watches {MAX_FLEETS} fleets, each held by a stream"
+                    return Err(exhausted(format!(
+                        "the scaler's fleets ({} of at most {MAX_FLEETS}, listing {} of at most \
+                         {MAX_TOTAL_TARGETS} targets) are all held by streams or calls",
+                        fleets.len(),
+                        targets(&fleets)
                     )))
                 }
             };

@@ -25,8 +25,31 @@ const KEDA_KEYS: &[&str] = &[
 /// discovery namespace.
 pub(crate) const MAX_TARGETS: usize = 10_000;
 
+/// The longest a single target may be (bytes): longer than any `host:port` (a DNS name is at
+/// most 253 bytes) or Unix socket path (107).
+pub(crate) const MAX_TARGET_BYTES: usize = 1024;
+
 /// The shortest `sweepTimeout`: below it no poll could be answered.
 const MIN_SWEEP_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The longest `sweepTimeout`: a call waits at most about twice this for its answer, and a
+/// fleet is held that long by it.
+pub(crate) const MAX_SWEEP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The longest `idleThreshold`: seven days.
+pub(crate) const MAX_IDLE_THRESHOLD: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The longest `maxSweepAge`: one hour.
+pub(crate) const MAX_SWEEP_AGE: Duration = Duration::from_secs(3600);
+
+/// The longest `namespace` (bytes), as a Wool discovery namespace.
+pub(crate) const MAX_NAMESPACE_BYTES: usize = 255;
+
+/// The longest `workerTlsServerName` (bytes): a DNS name's longest.
+pub(crate) const MAX_SERVER_NAME_BYTES: usize = 253;
+
+/// The longest TLS file path (bytes): Linux's `PATH_MAX`.
+pub(crate) const MAX_PATH_BYTES: usize = 4096;
 
 /// `targetValue`'s range: KEDA passes targets to the HPA in thousandths, so a smaller one reads
 /// as 0; a larger one would never scale past one replica.
@@ -135,13 +158,23 @@ impl FleetSpec {
             }
         }
         let get = |key: &str| values.get(key).copied().filter(|v| !v.is_empty());
-        let duration = |key: &str, default: Duration| -> Result<Duration, Error> {
-            get(key).map_or(Ok(default), |text| {
-                parse_duration(text).map_err(|e| invalid(format!("{key}: {e}")))
-            })
+        // Every duration has an upper bound, so that no arithmetic on it (an `Instant` plus
+        // it, a timer) can overflow, whatever the text says.
+        let duration = |key: &str, default: Duration, max: Duration| -> Result<Duration, Error> {
+            let Some(text) = get(key) else {
+                return Ok(default);
+            };
+            let value = parse_duration(text).map_err(|e| invalid(format!("{key}: {e}")))?;
+            if value > max {
+                return Err(invalid(format!(
+                    "{key} must be at most {} s, got {text:?}",
+                    max.as_secs()
+                )));
+            }
+            Ok(value)
         };
-        let positive = |key: &str, default: Duration| -> Result<Duration, Error> {
-            let value = duration(key, default)?;
+        let positive = |key: &str, default: Duration, max: Duration| -> Result<Duration, Error> {
+            let value = duration(key, default, max)?;
             if value.is_zero() {
                 return Err(invalid(format!("{key} must be positive")));
             }
@@ -149,7 +182,15 @@ impl FleetSpec {
         };
         let source = match (get("namespace"), get("dnsName"), get("targets")) {
             (Some(name), None, None) => Source::Namespace {
-                name: name.to_owned(),
+                name: {
+                    if name.len() > MAX_NAMESPACE_BYTES {
+                        return Err(invalid(format!(
+                            "namespace is {} bytes long, more than {MAX_NAMESPACE_BYTES}",
+                            name.len()
+                        )));
+                    }
+                    name.to_owned()
+                },
                 lan: match get("discovery").unwrap_or("local") {
                     "local" => false,
                     "lan" => true,
@@ -192,6 +233,12 @@ impl FleetSpec {
                     )));
                 }
                 for target in &targets {
+                    if target.len() > MAX_TARGET_BYTES {
+                        return Err(invalid(format!(
+                            "targets: a target of {} bytes, more than {MAX_TARGET_BYTES}",
+                            target.len()
+                        )));
+                    }
                     crate::connection::Target::parse(target)
                         .map_err(|e| invalid(format!("targets: {target:?}: {}", e.message())))?;
                 }
@@ -248,6 +295,22 @@ impl FleetSpec {
                 "workerTlsCert and workerTlsKey need workerTlsCa (the CA to verify workers with)",
             )),
             (Some(ca), cert, key) => {
+                for (name, path) in [
+                    ("workerTlsCa", Some(ca)),
+                    ("workerTlsCert", cert),
+                    ("workerTlsKey", key),
+                ] {
+                    if path.is_some_and(|p| p.len() > MAX_PATH_BYTES) {
+                        return Err(invalid(format!(
+                            "{name} is longer than {MAX_PATH_BYTES} bytes"
+                        )));
+                    }
+                }
+                if get("workerTlsServerName").is_some_and(|n| n.len() > MAX_SERVER_NAME_BYTES) {
+                    return Err(invalid(format!(
+                        "workerTlsServerName is longer than {MAX_SERVER_NAME_BYTES} bytes"
+                    )));
+                }
                 Some(TlsFiles {
                     ca: ca.into(),
                     client: match (cert, key) {
@@ -263,11 +326,15 @@ impl FleetSpec {
         };
         Ok(Self {
             source,
-            idle_threshold: duration("idleThreshold", Duration::from_secs(300))?,
+            idle_threshold: duration(
+                "idleThreshold",
+                Duration::from_secs(300),
+                MAX_IDLE_THRESHOLD,
+            )?,
             target_value,
-            max_sweep_age: duration("maxSweepAge", Duration::from_secs(5))?,
+            max_sweep_age: duration("maxSweepAge", Duration::from_secs(5), MAX_SWEEP_AGE)?,
             sweep_timeout: {
-                let timeout = positive("sweepTimeout", Duration::from_secs(5))?;
+                let timeout = positive("sweepTimeout", Duration::from_secs(5), MAX_SWEEP_TIMEOUT)?;
                 if timeout < MIN_SWEEP_TIMEOUT {
                     return Err(invalid(format!(
                         "sweepTimeout must be at least {} ms",
@@ -458,6 +525,52 @@ mod tests {
                 "not a DNS name",
             ),
             (vec![("namespace", "a"), ("namespaceFromEnv", "b")], "twice"),
+            // Durations and numbers past their bounds: never an overflow further on.
+            (
+                vec![("namespace", "a"), ("idleThreshold", "1e30s")],
+                "idleThreshold",
+            ),
+            (
+                vec![("namespace", "a"), ("idleThreshold", "1e30")],
+                "idleThreshold",
+            ),
+            (
+                vec![
+                    ("namespace", "a"),
+                    ("idleThreshold", "18446744073709551615s"),
+                ],
+                "idleThreshold",
+            ),
+            (
+                vec![("namespace", "a"), ("idleThreshold", "8d")],
+                "idleThreshold must be at most 604800 s",
+            ),
+            (
+                vec![("namespace", "a"), ("maxSweepAge", "18446744073709551615s")],
+                "maxSweepAge",
+            ),
+            (
+                vec![("namespace", "a"), ("maxSweepAge", "2h")],
+                "maxSweepAge must be at most 3600 s",
+            ),
+            (
+                vec![("namespace", "a"), ("sweepTimeout", "1e30")],
+                "sweepTimeout",
+            ),
+            (
+                vec![("namespace", "a"), ("sweepTimeout", "61s")],
+                "sweepTimeout must be at most 60 s",
+            ),
+            (vec![("dnsName", "w"), ("port", "99999")], "port"),
+            (vec![("namespace", &"n".repeat(256))], "more than 255"),
+            (
+                vec![("targets", &format!("{}:1", "h".repeat(1100)))],
+                "more than 1024",
+            ),
+            (
+                vec![("targets", "h:1"), ("workerTlsCa", &"/".repeat(4097))],
+                "longer than 4096",
+            ),
         ] {
             let error = read(&pairs).unwrap_err();
             assert_eq!(error.kind(), crate::ErrorKind::InvalidArgument, "{pairs:?}");

@@ -9,10 +9,13 @@
 //! | `wool_scaler_calls_total` | counter | `rpc`, `answer` | calls answered: `swept` (a sweep was made for it), `cached`, or `failed` |
 //! | `wool_scaler_sweeps_total` | counter | `outcome` | sweeps made: `ok`, or `failed` (the members could not be listed) |
 //! | `wool_scaler_sweep_duration_seconds` | histogram | | how long each sweep took, listing included |
+//! | `wool_scaler_series_refused_total` | counter | | answers not recorded because [`MAX_OBJECTS`] (ScaledObject, fleet) pairs already have series |
 //!
 //! `scaledobject` is the ScaledObject's `namespace/name`, `fleet` where its workers come from
-//! (`namespace batch`, `DNS workers.default.svc port 50051`, `3 listed targets`). The series of a
-//! ScaledObject and fleet no call has asked about for 10 minutes are removed.
+//! (`namespace batch`, `DNS workers.default.svc port 50051`, `3 listed targets`); a value longer
+//! than [`MAX_LABEL_BYTES`] is cut, and ends with `~` and 16 hex digits of a hash of the whole,
+//! so that two long values stay apart. The series of a ScaledObject and fleet no call has asked
+//! about for 10 minutes are removed; at most [`MAX_OBJECTS`] pairs have series at once.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -55,6 +58,29 @@ const STATES: [&str; 4] = ["busy", "idle", "unreachable", "idle_unavailable"];
 /// How long a ScaledObject's series stay after the last call for it.
 const STALE_AFTER: Duration = Duration::from_secs(600);
 
+/// The longest label value (bytes) a series gets; a longer one is cut (see the module's docs).
+pub(crate) const MAX_LABEL_BYTES: usize = 128;
+
+/// Most (ScaledObject, fleet) pairs with series at once (each has six).
+pub(crate) const MAX_OBJECTS: usize = 4096;
+
+/// `value`, or when longer than [`MAX_LABEL_BYTES`] its start (cut at a character boundary)
+/// followed by `~` and 16 hex digits of a hash of the whole: [`MAX_LABEL_BYTES`] at most.
+pub(crate) fn bounded_label(value: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    if value.len() <= MAX_LABEL_BYTES {
+        return value.to_owned();
+    }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    value.hash(&mut hasher);
+    let suffix = format!("~{:016x}", hasher.finish());
+    let mut end = MAX_LABEL_BYTES - suffix.len();
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{suffix}", &value[..end])
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct CallLabels {
     rpc: &'static str,
@@ -76,6 +102,7 @@ pub(crate) struct ScalerMetrics {
     calls: Family<CallLabels, Counter>,
     sweeps: Family<SweepLabels, Counter>,
     sweep_seconds: Histogram,
+    series_refused: Counter,
     /// When each (ScaledObject, fleet) was last recorded, and when stale ones were last removed.
     seen: Mutex<(HashMap<ObjectLabels, Instant>, Instant)>,
 }
@@ -100,6 +127,7 @@ impl ScalerMetrics {
             sweeps: Family::default(),
             // 1 ms to about 16 s.
             sweep_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+            series_refused: Counter::default(),
             seen: Mutex::new((HashMap::new(), Instant::now())),
         };
         registry.register(
@@ -132,19 +160,37 @@ impl ScalerMetrics {
             "How long each sweep took, listing the members included",
             metrics.sweep_seconds.clone(),
         );
+        registry.register(
+            "series_refused",
+            "Answers not recorded in series: the most (ScaledObject, fleet) pairs already have them",
+            metrics.series_refused.clone(),
+        );
         Self {
             registry,
             ..metrics
         }
     }
 
-    /// Records what the last answer for `scaledobject` about `fleet` counted; removes the
-    /// series nothing was recorded for in [`STALE_AFTER`] (looked at once a minute).
+    /// Records what the last answer for `scaledobject` about `fleet` counted (the labels cut
+    /// by [`bounded_label`]); removes the series nothing was recorded for in [`STALE_AFTER`]
+    /// (looked at once a minute, and whenever [`MAX_OBJECTS`] pairs have series). A new pair
+    /// past [`MAX_OBJECTS`] is not recorded (counted in `wool_scaler_series_refused_total`).
     pub(crate) fn record(&self, scaledobject: &str, fleet: &str, count: &Count) {
         let labels = ObjectLabels {
-            scaledobject: scaledobject.to_owned(),
-            fleet: fleet.to_owned(),
+            scaledobject: bounded_label(scaledobject),
+            fleet: bounded_label(fleet),
         };
+        let mut seen = self.seen.lock().expect("not poisoned");
+        let (last, pruned) = &mut *seen;
+        let full = !last.contains_key(&labels) && last.len() >= MAX_OBJECTS;
+        if full || pruned.elapsed() >= Duration::from_secs(60) {
+            *pruned = Instant::now();
+            self.prune(last);
+        }
+        if !last.contains_key(&labels) && last.len() >= MAX_OBJECTS {
+            self.series_refused.inc();
+            return;
+        }
         let counts = [
             count.busy,
             count.idle,
@@ -160,23 +206,22 @@ impl ScalerMetrics {
         self.active
             .get_or_create(&labels)
             .set(i64::from(count.active()));
-        let mut seen = self.seen.lock().expect("not poisoned");
-        let (last, pruned) = &mut *seen;
         last.insert(labels, Instant::now());
-        if pruned.elapsed() >= Duration::from_secs(60) {
-            *pruned = Instant::now();
-            last.retain(|labels, at| {
-                let keep = at.elapsed() < STALE_AFTER;
-                if !keep {
-                    for state in STATES {
-                        self.workers.remove(&state_labels(labels, state));
-                    }
-                    self.busy.remove(labels);
-                    self.active.remove(labels);
+    }
+
+    /// Removes the series of the pairs nothing was recorded for in [`STALE_AFTER`].
+    fn prune(&self, last: &mut HashMap<ObjectLabels, Instant>) {
+        last.retain(|labels, at| {
+            let keep = at.elapsed() < STALE_AFTER;
+            if !keep {
+                for state in STATES {
+                    self.workers.remove(&state_labels(labels, state));
                 }
-                keep
-            });
-        }
+                self.busy.remove(labels);
+                self.active.remove(labels);
+            }
+            keep
+        });
     }
 
     pub(crate) fn call(&self, rpc: &'static str, answer: Answer) {
@@ -206,5 +251,45 @@ impl ScalerMetrics {
         let mut text = String::new();
         encode(&mut text, &self.registry).expect("writing to a String cannot fail");
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_label_values_are_cut_and_stay_apart() {
+        let short = "default/workers";
+        assert_eq!(bounded_label(short), short);
+        let exact = "x".repeat(MAX_LABEL_BYTES);
+        assert_eq!(bounded_label(&exact), exact);
+        let a = format!("{}a", "é".repeat(5000));
+        let b = format!("{}b", "é".repeat(5000));
+        let (cut_a, cut_b) = (bounded_label(&a), bounded_label(&b));
+        assert!(cut_a.len() <= MAX_LABEL_BYTES, "{}", cut_a.len());
+        assert!(cut_a.starts_with("éé"));
+        assert_ne!(cut_a, cut_b);
+    }
+
+    #[test]
+    fn series_stop_at_the_most_pairs_and_count_the_refused() {
+        let metrics = ScalerMetrics::new();
+        let count = Count::default();
+        for i in 0..MAX_OBJECTS + 10 {
+            metrics.record(&format!("ns/so-{i}"), "fleet", &count);
+        }
+        // A pair already recorded is still updated.
+        metrics.record("ns/so-0", "fleet", &count);
+        let text = metrics.encode();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("wool_scaler_busy_workers{"))
+            .count();
+        assert_eq!(series, MAX_OBJECTS);
+        assert!(
+            text.contains("wool_scaler_series_refused_total 10"),
+            "{text}"
+        );
     }
 }

@@ -57,7 +57,7 @@
 //! ```
 
 mod fleet;
-mod metadata;
+pub(crate) mod metadata;
 mod metrics;
 mod service;
 
@@ -113,6 +113,7 @@ impl Scaler {
             metrics_listen: None,
             health_listen: None,
             credentials: None,
+            tls_files_dir: None,
         }
     }
 }
@@ -124,6 +125,7 @@ pub struct ScalerBuilder {
     metrics_listen: Option<String>,
     health_listen: Option<String>,
     credentials: Option<ServerCredentialFiles>,
+    tls_files_dir: Option<std::path::PathBuf>,
 }
 
 impl ScalerBuilder {
@@ -156,6 +158,15 @@ impl ScalerBuilder {
         self
     }
 
+    /// Let `scalerMetadata` name TLS files (`workerTlsCa`, `workerTlsCert`, `workerTlsKey`)
+    /// in `dir` only: each path must resolve (symbolic links and `..` followed) to a regular
+    /// file inside it. Without this, metadata may name no TLS files (`INVALID_ARGUMENT`): a
+    /// tenant could otherwise make the scaler use any file it can read, its own key included.
+    pub fn tls_files_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.tls_files_dir = Some(dir.into());
+        self
+    }
+
     /// Binds and starts serving on the current tokio runtime.
     ///
     /// Errors: [`ScalerError::Bind`] when an address cannot be bound, [`ScalerError::Tls`]
@@ -165,7 +176,7 @@ impl ScalerBuilder {
         let shutdown = CancellationToken::new();
         let metrics = Arc::new(metrics::ScalerMetrics::new());
         let service = ExternalScalerServer::new(service::ScalerService {
-            fleets: Arc::default(),
+            fleets: Arc::new(fleet::Fleets::new(self.tls_files_dir.as_deref())),
             metrics: Arc::clone(&metrics),
             shutdown: shutdown.clone(),
         });

@@ -8,7 +8,7 @@ use futures_util::Stream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use super::fleet::{Count, Fleet, Fleets, Freshness};
+use super::fleet::{Count, Fleet, Fleets, Freshness, HoldFor};
 use super::metadata::FleetSpec;
 use super::metrics::{Answer, ScalerMetrics};
 use crate::connection::{Error, ErrorKind};
@@ -24,6 +24,10 @@ pub const METRIC_NAME: &str = "wool-busy-workers";
 /// The shortest time between a stream's sweeps, whatever `maxSweepAge` says.
 const MIN_STREAM_PERIOD: Duration = Duration::from_millis(250);
 
+/// The longest ScaledObject `name` or `namespace` taken (bytes): Kubernetes' names are at most
+/// 253 bytes.
+pub(crate) const MAX_REF_BYTES: usize = 253;
+
 /// The service: fleets by metadata, the scaler's metrics, and the stop its streams end on (each
 /// with its status; the server's graceful stop waits for them).
 pub(crate) struct ScalerService {
@@ -37,13 +41,31 @@ fn scaled_object(reference: &ScaledObjectRef) -> String {
     format!("{}/{}", reference.namespace, reference.name)
 }
 
-/// A call's failure as the status KEDA gets: bad metadata is `INVALID_ARGUMENT`, a fleet that
-/// cannot be listed now `UNAVAILABLE` (KEDA then keeps the replica count as it is).
+/// A call's failure as the status KEDA gets: bad metadata is `INVALID_ARGUMENT`, one of the
+/// scaler's bounds reached `RESOURCE_EXHAUSTED`, a fleet that cannot be listed now
+/// `UNAVAILABLE` (KEDA then keeps the replica count as it is).
 fn status(error: Error) -> Status {
-    match error.kind() {
-        ErrorKind::InvalidArgument => Status::invalid_argument(error.message()),
+    match (error.kind(), error.code()) {
+        (ErrorKind::InvalidArgument, _) => Status::invalid_argument(error.message()),
+        (_, Some(tonic::Code::ResourceExhausted)) => Status::resource_exhausted(error.message()),
         _ => Status::unavailable(error.message()),
     }
+}
+
+/// Refuses a ScaledObject reference whose name or namespace is longer than Kubernetes allows.
+fn check_reference(reference: &ScaledObjectRef) -> Result<(), Status> {
+    for (what, value) in [
+        ("name", &reference.name),
+        ("namespace", &reference.namespace),
+    ] {
+        if value.len() > MAX_REF_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "the ScaledObject's {what} is {} bytes long, more than {MAX_REF_BYTES}",
+                value.len()
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl ScalerService {
@@ -53,6 +75,7 @@ impl ScalerService {
         &self,
         reference: &ScaledObjectRef,
     ) -> Result<(Arc<FleetSpec>, Arc<Fleet>), Status> {
+        check_reference(reference)?;
         if let Some(kept) = self.fleets.kept(&reference.scaler_metadata) {
             return Ok(kept);
         }
@@ -68,6 +91,10 @@ impl ScalerService {
     async fn count(&self, reference: &ScaledObjectRef, rpc: &'static str) -> Result<Count, Status> {
         let answer = async {
             let (spec, fleet) = self.fleet(reference).await?;
+            let hold = self
+                .fleets
+                .hold(&reference.namespace, Some(&fleet), HoldFor::Call)
+                .map_err(status)?;
             let (census, freshness) = fleet.census(&spec, spec.max_sweep_age).await.map_err(
                 |error| {
                     self.metrics.sweep_failed();
@@ -81,6 +108,7 @@ impl ScalerService {
             let count = census.count(&spec);
             self.metrics
                 .record(&scaled_object(reference), fleet.source(), &count);
+            drop(hold);
             Ok::<_, Status>((count, freshness))
         }
         .await;
@@ -124,12 +152,17 @@ impl ExternalScaler for ScalerService {
     ) -> Result<Response<Self::StreamIsActiveStream>, Status> {
         let reference = request.into_inner();
         let (spec, fleet) = self.fleet(&reference).await?;
+        let hold = self
+            .fleets
+            .hold(&reference.namespace, Some(&fleet), HoldFor::Stream)
+            .map_err(status)?;
         let label = scaled_object(&reference);
         let metrics = Arc::clone(&self.metrics);
         let shutdown = self.shutdown.clone();
         let (sender, receiver) = tokio::sync::mpsc::channel(1);
         let period = spec.max_sweep_age.max(MIN_STREAM_PERIOD);
         tokio::spawn(async move {
+            let _hold = hold;
             let mut sweeps = fleet.subscribe();
             let mut sent: Option<bool> = None;
             // Each turn: a census (swept when due, else the one another call published), then
@@ -234,9 +267,14 @@ impl ExternalScaler for ScalerService {
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<Self::StreamMetricSpecStream>, Status> {
         let (spec, _) = self.fleet(request.get_ref()).await?;
+        let hold = self
+            .fleets
+            .hold(&request.get_ref().namespace, None, HoldFor::Stream)
+            .map_err(status)?;
         let (sender, receiver) = tokio::sync::mpsc::channel(1);
         let shutdown = self.shutdown.clone();
         tokio::spawn(async move {
+            let _hold = hold;
             if sender.send(Ok(metric_spec(&spec))).await.is_ok() {
                 tokio::select! {
                     () = shutdown.cancelled() => {}
