@@ -66,15 +66,21 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Server;
 
 pub use service::METRIC_NAME;
 
 use crate::protocol::externalscaler::external_scaler_server::ExternalScalerServer;
+use crate::worker::accept::{
+    admit, bounded_server, default_max_connections, ConnectionLimits, Plaintext, DEFAULT_KEEPALIVE,
+};
+use crate::worker::health::{health_port_server, serve_health_alone};
 use crate::worker::tls::ServerTls;
 use crate::worker::{CredentialReload, ServerCredentialFiles, WorkerError};
+
+/// Streams one connection to the scaler may have open at once (KEDA's operator holds one
+/// `StreamIsActive` per ScaledObject on its connection).
+const MAX_STREAMS_PER_CONNECTION: u32 = 1024;
 
 /// Errors of starting or running a scaler.
 #[derive(Debug, thiserror::Error)]
@@ -202,14 +208,8 @@ impl ScalerBuilder {
         let health_address = match &self.health_listen {
             Some(spec) => {
                 let (listener, local) = bind(spec).await?;
-                tokio::spawn(
-                    Server::builder()
-                        .add_service(health.clone())
-                        .serve_with_incoming_shutdown(
-                            TcpListenerStream::new(listener),
-                            shutdown.clone().cancelled_owned(),
-                        ),
-                );
+                let router = health_port_server().add_service(health.clone());
+                serve_health_alone(listener, router, shutdown.clone());
                 Some(local)
             }
             None => None,
@@ -227,11 +227,14 @@ impl ScalerBuilder {
             }
             None => None,
         };
-        let router = Server::builder()
-            .tcp_nodelay(true)
-            .add_service(service)
-            .add_service(health)
-            .add_service(reflection);
+        let router = bounded_server(
+            MAX_STREAMS_PER_CONNECTION,
+            Some(DEFAULT_KEEPALIVE),
+            DEFAULT_KEEPALIVE,
+        )
+        .add_service(service)
+        .add_service(health)
+        .add_service(reflection);
         let stopped = shutdown.clone();
         let stop = async move {
             stopped.cancelled().await;
@@ -242,13 +245,19 @@ impl ScalerBuilder {
                 .set_not_serving::<ExternalScalerServer<service::ScalerService>>()
                 .await;
         };
-        let incoming = TcpListenerStream::new(listener);
+        let limits = ConnectionLimits {
+            max_connections: default_max_connections(),
+        };
         let server = match &tls {
             Some(tls) => {
                 tls.watch(shutdown.clone()).map_err(tls_error)?;
-                tokio::spawn(router.serve_with_incoming_shutdown(tls.accept(incoming), stop))
+                let incoming = admit(listener, Arc::clone(tls), limits, None, "scaler");
+                tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop))
             }
-            None => tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop)),
+            None => {
+                let incoming = admit(listener, Plaintext, limits, None, "scaler");
+                tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop))
+            }
         };
         tracing::info!(
             %address,

@@ -9,6 +9,9 @@
 //! HEADERS frame with a same-length valid one (`_` for every byte a URI authority may not hold).
 //! Keeping the length keeps both HPACK dynamic tables in step. Frames are released to the server
 //! whole for HEADERS, as they arrive for everything else; nothing is ever dropped or reordered.
+//! A HEADERS frame longer than [`MAX_REWRITTEN_FRAME`] (h2's frame size limit) passes through
+//! untouched, as it arrives, for h2 to refuse: what the adapter holds is bounded by that size
+//! plus one read.
 
 use std::io;
 use std::pin::Pin;
@@ -26,6 +29,10 @@ const FLAG_PRIORITY: u8 = 0x20;
 /// HPACK static table index of `:authority`.
 const AUTHORITY_INDEX: u64 = 1;
 const READ_CHUNK: usize = 16 * 1024;
+/// The longest HEADERS frame rewritten (and so held whole): 16 KiB, the server's
+/// `SETTINGS_MAX_FRAME_SIZE` (h2's default, which the servers keep), so every frame h2 would
+/// accept is seen whole. A longer one is a `FRAME_SIZE_ERROR` for h2 and passes untouched.
+pub(crate) const MAX_REWRITTEN_FRAME: usize = 16 * 1024;
 
 /// Where the scanner stands in the inbound HTTP/2 byte stream.
 #[derive(Debug, Clone, Copy)]
@@ -85,7 +92,7 @@ impl<T> LenientAuthority<T> {
                         | usize::from(header[1]) << 8
                         | usize::from(header[2]);
                     let (kind, flags) = (header[3], header[4]);
-                    if kind != FRAME_HEADERS {
+                    if kind != FRAME_HEADERS || length > MAX_REWRITTEN_FRAME {
                         self.releasable += FRAME_HEADER_LEN;
                         self.scan = Scan::Payload(length);
                         continue;
@@ -340,6 +347,34 @@ mod tests {
         let headers = grpcio_headers_frame(b"localhost:50051");
         let stream = [&preface[..], &data, &headers].concat();
         assert_eq!(scan_all(&[&stream]), stream);
+    }
+
+    #[test]
+    fn a_headers_frame_over_the_frame_size_limit_passes_as_it_arrives() {
+        let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+        let declared = (1usize << 24) - 1;
+        let head = [
+            (declared >> 16) as u8,
+            (declared >> 8) as u8,
+            declared as u8,
+            FRAME_HEADERS,
+            0x4,
+            0,
+            0,
+            0,
+            1,
+        ];
+        let mut adapter = LenientAuthority::new(());
+        adapter
+            .pending
+            .extend_from_slice(&[&preface[..], &head].concat());
+        adapter.scan_pending();
+        assert_eq!(adapter.releasable, adapter.pending.len(), "head held back");
+        adapter.pending.clear();
+        adapter.releasable = 0;
+        adapter.pending.extend_from_slice(&[0x41; READ_CHUNK]);
+        adapter.scan_pending();
+        assert_eq!(adapter.releasable, READ_CHUNK, "payload held back");
     }
 
     #[test]

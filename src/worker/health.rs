@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
-use tokio_stream::wrappers::TcpListenerStream;
-use tonic::transport::Server;
-
+use super::accept::{
+    admit, bounded_server, ConnectionLimits, Plaintext, DEFAULT_KEEPALIVE,
+    SIDE_PORT_MAX_CONNECTIONS,
+};
 use super::listen::bind_side_port;
 use super::service::{WorkerService, WorkerState};
 use super::WorkerError;
@@ -46,11 +47,39 @@ impl Health {
         shutdown: tokio_util::sync::CancellationToken,
     ) -> Result<String, WorkerError> {
         let (listener, local) = bind_side_port(address).await?;
-        let router = Server::builder().add_service(self.service.clone());
-        tokio::spawn(router.serve_with_incoming_shutdown(
-            TcpListenerStream::new(listener),
-            shutdown.cancelled_owned(),
-        ));
+        let router = health_port_server().add_service(self.service.clone());
+        serve_health_alone(listener, router, shutdown);
         Ok(local.to_string())
     }
+}
+
+/// The most streams (health checks and watches) one connection to a side health port may have
+/// open at once.
+const SIDE_PORT_MAX_STREAMS: u32 = 64;
+
+/// A tonic server for a side health port: the shared HTTP/2 bounds
+/// ([`bounded_server`]), at most [`SIDE_PORT_MAX_STREAMS`] streams per connection.
+pub(crate) fn health_port_server() -> tonic::transport::Server {
+    bounded_server(
+        SIDE_PORT_MAX_STREAMS,
+        Some(DEFAULT_KEEPALIVE),
+        DEFAULT_KEEPALIVE,
+    )
+}
+
+/// Serves `router` (health alone, from [`health_port_server`]) on `listener` in plaintext
+/// until `shutdown`, its connections admitted as the main address's are (the preface
+/// deadline, the per-address limit on opening connections; see [`accept`](super::accept))
+/// under a cap of [`SIDE_PORT_MAX_CONNECTIONS`]: for the worker's and the scaler's
+/// `--health-listen`.
+pub(crate) fn serve_health_alone(
+    listener: tokio::net::TcpListener,
+    router: tonic::transport::server::Router,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let limits = ConnectionLimits {
+        max_connections: SIDE_PORT_MAX_CONNECTIONS,
+    };
+    let incoming = admit(listener, Plaintext, limits, None, "health");
+    tokio::spawn(router.serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned()));
 }

@@ -135,8 +135,18 @@ impl WorkerMetrics {
     }
 }
 
+/// How long a metrics client has to send a request's header (each request's, on a kept-alive
+/// connection too, so an idle one is closed after this long): 5 s.
+pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Connections open at once to a metrics endpoint; one more is closed at once: 64 (scrapers
+/// hold one or two each).
+pub const MAX_METRICS_CONNECTIONS: usize = 64;
+
 /// Serves `GET /metrics` (any path, in fact) over plaintext HTTP/1.1 on `listener` until
-/// `shutdown`, each answer made by `scrape`.
+/// `shutdown`, each answer made by `scrape`: at most [`MAX_METRICS_CONNECTIONS`] connections
+/// at once, each request's header within [`HEADER_READ_TIMEOUT`], and a pause after an error
+/// from `accept` (as the gRPC listeners: [`ACCEPT_ERROR_PAUSE`](super::accept::ACCEPT_ERROR_PAUSE)).
 pub(crate) fn serve(
     listener: TcpListener,
     scrape: Arc<dyn Fn() -> String + Send + Sync>,
@@ -144,20 +154,37 @@ pub(crate) fn serve(
 ) {
     use http_body_util::Full;
     use hyper::body::Bytes;
+    let connections = Arc::new(tokio::sync::Semaphore::new(MAX_METRICS_CONNECTIONS));
     tokio::spawn(async move {
+        let mut errors = super::accept::AcceptErrors::default();
+        let mut over_cap = false;
         loop {
             let (stream, _) = tokio::select! {
                 accepted = listener.accept() => match accepted {
                     Ok(accepted) => accepted,
                     Err(error) => {
-                        tracing::warn!(%error, "metrics listener: accept failed");
+                        errors.pause("metrics", &error).await;
                         continue;
                     }
                 },
                 () = shutdown.cancelled() => return,
             };
+            errors.accepted("metrics");
+            let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
+                if !over_cap {
+                    tracing::warn!(
+                        cap = MAX_METRICS_CONNECTIONS,
+                        "metrics endpoint: connection cap reached; closing new connections until one ends"
+                    );
+                }
+                over_cap = true;
+                continue; // `stream` is dropped: closed at once
+            };
+            over_cap = false;
             let scrape = Arc::clone(&scrape);
+            let shutdown = shutdown.clone();
             tokio::spawn(async move {
+                let _permit = permit;
                 let service = hyper::service::service_fn(move |_request| {
                     let body = scrape();
                     async move {
@@ -170,8 +197,13 @@ pub(crate) fn serve(
                     }
                 });
                 let connection = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT)
                     .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-                let _ = connection.await;
+                tokio::select! {
+                    _ = connection => {}
+                    () = shutdown.cancelled() => {}
+                }
             });
         }
     });

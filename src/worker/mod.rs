@@ -15,9 +15,10 @@
 //! # Ok(()) }
 //! ```
 
+pub mod accept;
 pub(crate) mod authority;
 mod error;
-mod health;
+pub(crate) mod health;
 pub mod idle;
 mod listen;
 pub mod metrics;
@@ -33,11 +34,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use accept::{admit, bounded_server, ConnectionLimits, Plaintext, DEFAULT_KEEPALIVE};
 use futures_util::StreamExt;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
-use tonic::transport::Server;
 
 use crate::protocol::worker_server::WorkerServer;
 pub use crate::Grace;
@@ -76,6 +76,7 @@ impl Worker {
             routines: RoutineRegistry::default(),
             keepalive_interval: Some(DEFAULT_KEEPALIVE),
             keepalive_timeout: DEFAULT_KEEPALIVE,
+            max_connections: None,
         }
     }
 }
@@ -90,6 +91,7 @@ pub struct WorkerBuilder {
     routines: RoutineRegistry,
     keepalive_interval: Option<Duration>,
     keepalive_timeout: Duration,
+    max_connections: Option<usize>,
 }
 
 /// Where a worker's TLS material comes from.
@@ -98,10 +100,6 @@ enum CredentialSource {
     Pem(ServerCredentials),
     Files(ServerCredentialFiles),
 }
-
-/// The worker's keepalive by default: a PING every 30 s, 30 s to answer (Wool's worker pings its
-/// clients with these values too).
-const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(30);
 
 impl WorkerBuilder {
     /// Where to listen (default `127.0.0.1:0`).
@@ -160,6 +158,15 @@ impl WorkerBuilder {
         self
     }
 
+    /// Most connections open at once on the main address, those still opening (TLS handshake,
+    /// HTTP/2 preface) included; one more is closed at once. Default
+    /// [`accept::default_max_connections`]: 10,000, fewer under a lower descriptor limit.
+    /// At least 1. The other bounds on connections are fixed (the [`accept`] module lists them).
+    pub fn max_connections(mut self, max: usize) -> Self {
+        self.max_connections = Some(max.max(1));
+        self
+    }
+
     /// Uses `routines` as the worker's routine table, replacing any registered so far.
     pub fn routines(mut self, routines: RoutineRegistry) -> Self {
         self.routines = routines;
@@ -174,11 +181,16 @@ impl WorkerBuilder {
     pub async fn serve(self) -> Result<WorkerHandle, WorkerError> {
         let state = Arc::new(WorkerState::new(self.routines));
         let accepted = Arc::new(AtomicU64::new(0));
-        let mut server = Server::builder()
-            .tcp_nodelay(true)
-            .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
-            .http2_keepalive_interval(self.keepalive_interval)
-            .http2_keepalive_timeout(Some(self.keepalive_timeout));
+        let mut server = bounded_server(
+            MAX_CONCURRENT_STREAMS,
+            self.keepalive_interval,
+            self.keepalive_timeout,
+        );
+        let limits = ConnectionLimits {
+            max_connections: self
+                .max_connections
+                .unwrap_or_else(accept::default_max_connections),
+        };
         let tls = match self.credentials {
             Some(CredentialSource::Pem(credentials)) => Some(ServerTls::new(credentials, None)?),
             Some(CredentialSource::Files(files)) => {
@@ -213,6 +225,7 @@ impl WorkerBuilder {
             &self.listen,
             router,
             tls.as_ref(),
+            limits,
             Arc::clone(&accepted),
             state.shutdown.clone(),
         )
@@ -245,15 +258,18 @@ impl WorkerBuilder {
 }
 
 /// Binds `listen` and serves `router` there (TLS first when `tls` is given; for a Unix socket,
-/// the `:authority` rewrite inside it) until `shutdown`, counting accepted connections in
-/// `accepted`: the dialable address, the socket file bound (Unix), and the serving task.
+/// the `:authority` rewrite inside it), admitting connections under `limits` (see [`accept`]),
+/// until `shutdown`, counting accepted connections in `accepted`: the dialable address, the
+/// socket file bound (Unix), and the serving task.
 async fn listen_and_serve(
     listen: &ListenAddress,
     router: tonic::transport::server::Router,
     tls: Option<&Arc<ServerTls>>,
+    limits: ConnectionLimits,
     accepted: Arc<AtomicU64>,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(String, Option<BoundSocket>, ServerTask), WorkerError> {
+    let accepted = Some(accepted);
     let served = match listen {
         ListenAddress::Tcp(spec) => {
             let bind_error = |source| WorkerError::Bind {
@@ -262,15 +278,17 @@ async fn listen_and_serve(
             };
             let listener = TcpListener::bind(spec.as_str()).await.map_err(bind_error)?;
             let local: SocketAddr = listener.local_addr().map_err(bind_error)?;
-            let incoming = TcpListenerStream::new(listener).map(move |stream| {
-                let stream = stream?;
-                accepted.fetch_add(1, Ordering::Relaxed);
-                stream.set_nodelay(true)?;
-                Ok::<_, std::io::Error>(stream)
-            });
-            let task = match &tls {
-                Some(tls) => spawn_server(router, tls.accept(incoming), shutdown),
-                None => spawn_server(router, incoming, shutdown),
+            let task = match tls {
+                Some(tls) => spawn_server(
+                    router,
+                    admit(listener, Arc::clone(tls), limits, accepted, "worker"),
+                    shutdown,
+                ),
+                None => spawn_server(
+                    router,
+                    admit(listener, Plaintext, limits, accepted, "worker"),
+                    shutdown,
+                ),
             };
             (local.to_string(), None, task)
         }
@@ -280,20 +298,18 @@ async fn listen_and_serve(
                 address: format!("unix:{}", path.display()),
                 source,
             })?;
-            let incoming = UnixListenerStream::new(listener).inspect(move |_| {
-                accepted.fetch_add(1, Ordering::Relaxed);
-            });
             // The `:authority` rewrite reads HTTP/2 frames: inside TLS, when there is one.
-            let task = match &tls {
+            let task = match tls {
                 Some(tls) => spawn_server(
                     router,
-                    tls.accept(incoming)
+                    admit(listener, Arc::clone(tls), limits, accepted, "worker")
                         .map(|stream| stream.map(authority::LenientAuthority::new)),
                     shutdown,
                 ),
                 None => spawn_server(
                     router,
-                    incoming.map(|stream| stream.map(authority::LenientAuthority::new)),
+                    admit(listener, Plaintext, limits, accepted, "worker")
+                        .map(|stream| stream.map(authority::LenientAuthority::new)),
                     shutdown,
                 ),
             };

@@ -13,22 +13,17 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use futures_util::{Stream, StreamExt};
+use std::future::Future;
+
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::server::TlsStream;
 use tonic::transport::server::Connected;
 
+use super::accept::{within_handshake_deadlines, Opening, Readable};
 use super::WorkerError;
 use crate::tls;
-
-/// How long a client may take over its TLS handshake before the connection is dropped, so a
-/// client that connects and goes silent holds nothing for long.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Handshakes in progress at once; further accepted connections wait their turn.
-const CONCURRENT_HANDSHAKES: usize = 128;
 
 /// How long the file watcher lets a burst of changes settle before reading the files (a
 /// rotation writes several files, often by rename).
@@ -286,43 +281,27 @@ impl ServerTls {
         });
         Ok(())
     }
+}
 
-    /// `incoming` with the TLS handshake done on each connection (with the configuration in
-    /// force when it was accepted), several at once and each within [`HANDSHAKE_TIMEOUT`]. A
-    /// failed handshake drops that connection only (logged at debug level).
-    pub(crate) fn accept<S, IO>(
-        self: &Arc<Self>,
-        incoming: S,
-    ) -> impl Stream<Item = io::Result<TlsConnection<IO>>> + Send + 'static
-    where
-        S: Stream<Item = io::Result<IO>> + Send + 'static,
-        IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
-    {
-        let tls = Arc::clone(self);
-        incoming
-            .map(move |accepted| {
-                let config = tls.config.load_full();
-                async move {
-                    let stream = match accepted {
-                        Ok(stream) => stream,
-                        Err(error) => return Some(Err(error)),
-                    };
-                    let handshake = tokio_rustls::TlsAcceptor::from(config).accept(stream);
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
-                        Ok(Ok(stream)) => Some(Ok(TlsConnection(Box::new(stream)))),
-                        Ok(Err(error)) => {
-                            tracing::debug!(%error, "TLS handshake with a client failed");
-                            None
-                        }
-                        Err(_) => {
-                            tracing::debug!("TLS handshake with a client timed out");
-                            None
-                        }
-                    }
-                }
-            })
-            .buffer_unordered(CONCURRENT_HANDSHAKES)
-            .filter_map(std::future::ready)
+/// The TLS handshake on each accepted connection, with the configuration in force when it was
+/// accepted, within the acceptor's deadlines
+/// ([`FIRST_BYTES_TIMEOUT`](super::accept::FIRST_BYTES_TIMEOUT) for the ClientHello to start,
+/// [`HANDSHAKE_TIMEOUT`](super::accept::HANDSHAKE_TIMEOUT) for the whole). Each connection
+/// opens in a task of its own ([`admit`](super::accept::admit)), so a slow or silent one holds
+/// up no other; a failed handshake drops that connection only.
+impl<IO> Opening<IO> for Arc<ServerTls>
+where
+    IO: AsyncRead + AsyncWrite + Connected + Readable + Unpin + Send + 'static,
+{
+    type Output = TlsConnection<IO>;
+
+    fn open(&self, io: IO) -> impl Future<Output = io::Result<TlsConnection<IO>>> + Send {
+        let acceptor = tokio_rustls::TlsAcceptor::from(self.config.load_full());
+        async move {
+            within_handshake_deadlines(io, |io| acceptor.accept(io))
+                .await
+                .map(|stream| TlsConnection(Box::new(stream)))
+        }
     }
 }
 

@@ -1,0 +1,568 @@
+//! How the servers (the worker, `wool-scaler`, their health ports) admit connections, so that
+//! peers that are slow on purpose hold little for long and never stop the others from being
+//! served.
+//!
+//! The listener is accepted from continuously, in a task of its own. Each accepted connection:
+//!
+//! - counts against a connection cap ([`ConnectionLimits::max_connections`]) for its whole life;
+//!   one over the cap is closed at once (never queued behind the others);
+//! - then *opens* in a task of its own: its TLS handshake when the server has one (the
+//!   ClientHello must start within [`FIRST_BYTES_TIMEOUT`], the whole handshake end within
+//!   [`HANDSHAKE_TIMEOUT`]), then the 24-byte HTTP/2 client preface, which must arrive within
+//!   [`PREFACE_TIMEOUT`] and be exact;
+//! - while opening, takes one of [`OPENING_PER_PEER`] slots of its peer's address (an IPv4
+//!   address, or an IPv6 /64) and one of [`OPENING_AT_ONCE`] for the server; a connection that
+//!   finds its address's or the server's slots all taken is closed at once.
+//!
+//! Only then is the connection handed to the HTTP/2 server (tonic's `serve_with_incoming`),
+//! its preface replayed. An error from `accept` (EMFILE, say) pauses accepting for
+//! [`ACCEPT_ERROR_PAUSE`], logged once per burst of errors, not once per error.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::Connected;
+
+/// How long a TLS client has, from its connection's acceptance, to start its ClientHello.
+pub const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long a TLS client's whole handshake may take, from its connection's acceptance.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a client has to send the 24-byte HTTP/2 client preface (`PRI * HTTP/2.0…`) once
+/// its connection is ready for HTTP/2 (accepted, or past its TLS handshake).
+pub const PREFACE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connections from one peer address (an IPv4 address, or an IPv6 /64) still opening (TLS
+/// handshake, HTTP/2 preface) at once; one more is closed at once.
+pub const OPENING_PER_PEER: usize = 32;
+
+/// Connections still opening at once, all peers together; one more is closed at once.
+pub const OPENING_AT_ONCE: usize = 1024;
+
+/// How long accepting pauses after an error from `accept` (EMFILE: out of descriptors, say),
+/// instead of trying again at once.
+pub const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// The connection cap of a worker's or scaler's main address by default, at most: 10,000.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// Descriptors kept back from the default connection cap, for files, side ports and the
+/// connections' own start-up.
+const RESERVED_DESCRIPTORS: usize = 256;
+
+/// The connection cap of a side port (plaintext health): probes, a few at a time.
+pub(crate) const SIDE_PORT_MAX_CONNECTIONS: usize = 64;
+
+/// Most bytes of header fields a request may carry (HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`, as
+/// hyper's default): 16 KiB. A larger header block is refused by h2.
+pub const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
+
+/// Streams a peer may make the server reset for its errors before the connection is closed
+/// (hyper's own default, which tonic's builder turns off unless set): 1,024.
+pub const MAX_LOCAL_ERROR_RESETS: usize = 1024;
+
+/// Streams a peer may open and reset before the server has accepted them, at once (h2's
+/// default: the "rapid reset" bound): 20.
+pub const MAX_PENDING_ACCEPT_RESETS: usize = 20;
+
+/// HTTP/2 keepalive toward the peers by default: a PING every 30 s, 30 s to answer (Wool's
+/// worker pings its clients with these values too). A peer that stops answering is
+/// disconnected, and the streams it held end.
+pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(30);
+
+/// A tonic server with the HTTP/2 bounds every server here shares (some of tonic's defaults
+/// are unbounded): `max_streams` streams per connection, [`MAX_HEADER_LIST_BYTES`] of header
+/// fields, [`MAX_LOCAL_ERROR_RESETS`] and [`MAX_PENDING_ACCEPT_RESETS`], keepalive PINGs every
+/// `keepalive_interval` (`None`: none) answered within `keepalive_timeout`. Frames stay at
+/// h2's 16 KiB and the flow-control windows at hyper's 1 MiB per connection.
+pub(crate) fn bounded_server(
+    max_streams: u32,
+    keepalive_interval: Option<Duration>,
+    keepalive_timeout: Duration,
+) -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .max_concurrent_streams(Some(max_streams))
+        .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
+        .http2_max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESETS))
+        .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_ACCEPT_RESETS))
+        .http2_keepalive_interval(keepalive_interval)
+        .http2_keepalive_timeout(Some(keepalive_timeout))
+}
+
+/// The HTTP/2 client connection preface (RFC 9113 §3.4).
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// The default connection cap: [`DEFAULT_MAX_CONNECTIONS`], or fewer when the process's soft
+/// `RLIMIT_NOFILE` is lower (the limit less 256 kept back, at least 16).
+pub fn default_max_connections() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    let known = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+    let descriptors = if known && limit.rlim_cur != libc::RLIM_INFINITY {
+        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
+    } else {
+        usize::MAX
+    };
+    DEFAULT_MAX_CONNECTIONS.min(descriptors.saturating_sub(RESERVED_DESCRIPTORS).max(16))
+}
+
+/// The limits a server admits connections under.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectionLimits {
+    /// Connections open at once (opening ones included); one more is closed at once.
+    pub(crate) max_connections: usize,
+}
+
+/// A listener the servers accept from: TCP (the peer's address known) or a Unix socket.
+pub(crate) trait Listener: Send + 'static {
+    /// The accepted connection.
+    type Io: AsyncRead + AsyncWrite + Connected + Readable + Unpin + Send + 'static;
+
+    /// The next connection, and its peer's IP address when it has one.
+    fn accept(&self) -> impl Future<Output = io::Result<(Self::Io, Option<IpAddr>)>> + Send;
+}
+
+impl Listener for TcpListener {
+    type Io = TcpStream;
+
+    async fn accept(&self) -> io::Result<(TcpStream, Option<IpAddr>)> {
+        let (stream, peer) = TcpListener::accept(self).await?;
+        let _ = stream.set_nodelay(true);
+        Ok((stream, Some(peer.ip())))
+    }
+}
+
+impl Listener for UnixListener {
+    type Io = UnixStream;
+
+    async fn accept(&self) -> io::Result<(UnixStream, Option<IpAddr>)> {
+        let (stream, _) = UnixListener::accept(self).await?;
+        Ok((stream, None))
+    }
+}
+
+/// A connection that can say when its first bytes have arrived (or it has ended).
+pub(crate) trait Readable {
+    /// Resolves once a byte can be read (without reading it), or at the end of the stream.
+    fn first_bytes(&self) -> impl Future<Output = io::Result<()>> + Send;
+}
+
+impl Readable for TcpStream {
+    async fn first_bytes(&self) -> io::Result<()> {
+        self.peek(&mut [0u8; 1]).await.map(drop)
+    }
+}
+
+impl Readable for UnixStream {
+    async fn first_bytes(&self) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        // `readable` alone may wake without data: a peek tells (and clears the readiness
+        // when there is nothing yet).
+        loop {
+            self.readable().await?;
+            let peeked = self.try_io(tokio::io::Interest::READABLE, || {
+                let mut byte = 0u8;
+                // SAFETY: a one-byte peek into a local buffer on this socket's descriptor.
+                let n = unsafe {
+                    libc::recv(
+                        self.as_raw_fd(),
+                        std::ptr::addr_of_mut!(byte).cast(),
+                        1,
+                        libc::MSG_PEEK,
+                    )
+                };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(())
+                }
+            });
+            match peeked {
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return other,
+            }
+        }
+    }
+}
+
+/// What a connection does between its acceptance and HTTP/2: nothing (plaintext), or a TLS
+/// handshake.
+pub(crate) trait Opening<IO>: Send + Sync + 'static {
+    /// The connection once opened.
+    type Output: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static;
+
+    /// Opens `io`; an error drops the connection (logged at debug level).
+    fn open(&self, io: IO) -> impl Future<Output = io::Result<Self::Output>> + Send;
+}
+
+/// Plaintext: nothing to do before HTTP/2.
+pub(crate) struct Plaintext;
+
+impl<IO: Send + 'static> Opening<IO> for Plaintext
+where
+    IO: AsyncRead + AsyncWrite + Connected + Unpin,
+{
+    type Output = IO;
+
+    fn open(&self, io: IO) -> impl Future<Output = io::Result<IO>> + Send {
+        std::future::ready(Ok(io))
+    }
+}
+
+/// Logs accept errors once per burst and pauses after each (see [`ACCEPT_ERROR_PAUSE`]).
+#[derive(Debug, Default)]
+pub(crate) struct AcceptErrors {
+    /// Errors since the last accepted connection.
+    burst: u64,
+}
+
+impl AcceptErrors {
+    /// After an error from `accept`: a log line if it starts a burst, then the pause.
+    pub(crate) async fn pause(&mut self, what: &str, error: &io::Error) {
+        if self.burst == 0 {
+            tracing::warn!(
+                listener = what,
+                %error,
+                pause = ?ACCEPT_ERROR_PAUSE,
+                "accepting a connection failed; pausing before each new attempt until one succeeds"
+            );
+        }
+        self.burst += 1;
+        tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+    }
+
+    /// After a connection was accepted: ends a burst of errors (logged with its count).
+    pub(crate) fn accepted(&mut self, what: &str) {
+        if self.burst > 0 {
+            tracing::info!(listener = what, errors = self.burst, "accepting again");
+            self.burst = 0;
+        }
+    }
+}
+
+/// The key a peer's opening connections are counted under: its IPv4 address, or its IPv6 /64
+/// (one host's usual share of addresses); an IPv4-mapped IPv6 address counts as IPv4.
+fn peer_key(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(prefix.into())
+            }
+        },
+    }
+}
+
+/// The slots of connections still opening: per peer, and for the server.
+#[derive(Debug)]
+struct OpeningSlots {
+    per_peer: Mutex<HashMap<IpAddr, usize>>,
+    all: Arc<Semaphore>,
+}
+
+/// One opening connection's slots, given back when it is dropped.
+struct OpeningSlot {
+    slots: Arc<OpeningSlots>,
+    peer: Option<IpAddr>,
+    _all: OwnedSemaphorePermit,
+}
+
+impl OpeningSlots {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            per_peer: Mutex::new(HashMap::new()),
+            all: Arc::new(Semaphore::new(OPENING_AT_ONCE)),
+        })
+    }
+
+    /// A slot for a connection from `peer`, or `None` when its address's or the server's are
+    /// all taken.
+    fn take(self: &Arc<Self>, peer: Option<IpAddr>) -> Option<OpeningSlot> {
+        let all = Arc::clone(&self.all).try_acquire_owned().ok()?;
+        let peer = peer.map(peer_key);
+        if let Some(key) = peer {
+            let mut per_peer = self.per_peer.lock().unwrap_or_else(|p| p.into_inner());
+            let count = per_peer.entry(key).or_insert(0);
+            if *count >= OPENING_PER_PEER {
+                return None;
+            }
+            *count += 1;
+        }
+        Some(OpeningSlot {
+            slots: Arc::clone(self),
+            peer,
+            _all: all,
+        })
+    }
+}
+
+impl Drop for OpeningSlot {
+    fn drop(&mut self) {
+        if let Some(key) = self.peer {
+            let mut per_peer = self
+                .slots
+                .per_peer
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if let Some(count) = per_peer.get_mut(&key) {
+                *count -= 1;
+                if *count == 0 {
+                    per_peer.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+/// Accepts from `listener` continuously (until the returned stream is dropped) and yields
+/// each connection once opened with `opening` and past its HTTP/2 preface, as the module
+/// describes; `accepted` counts every accepted connection, refused ones included. `what`
+/// names the listener in log lines. Must be called on a tokio runtime.
+pub(crate) fn admit<L, O>(
+    listener: L,
+    opening: O,
+    limits: ConnectionLimits,
+    accepted: Option<Arc<AtomicU64>>,
+    what: &'static str,
+) -> ReceiverStream<io::Result<Admitted<O::Output>>>
+where
+    L: Listener,
+    O: Opening<L::Io>,
+{
+    let (ready, incoming) = mpsc::channel(64);
+    let opening = Arc::new(opening);
+    let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let slots = OpeningSlots::new();
+    tokio::spawn(async move {
+        let mut errors = AcceptErrors::default();
+        let mut over_cap = false;
+        loop {
+            let (io, peer) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        errors.pause(what, &error).await;
+                        continue;
+                    }
+                },
+                () = ready.closed() => return, // the server has stopped accepting
+            };
+            errors.accepted(what);
+            if let Some(accepted) = &accepted {
+                accepted.fetch_add(1, Ordering::Relaxed);
+            }
+            let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
+                if !over_cap {
+                    tracing::warn!(
+                        listener = what,
+                        cap = limits.max_connections,
+                        "connection cap reached: closing new connections until one ends"
+                    );
+                }
+                over_cap = true;
+                continue; // `io` is dropped: closed at once
+            };
+            over_cap = false;
+            let Some(slot) = slots.take(peer) else {
+                tracing::debug!(
+                    listener = what,
+                    ?peer,
+                    "too many connections still opening from this address: closed"
+                );
+                continue;
+            };
+            let opening = Arc::clone(&opening);
+            let ready = ready.clone();
+            tokio::spawn(async move {
+                match open(&*opening, io).await {
+                    Ok(io) => {
+                        drop(slot);
+                        let _ = ready.send(Ok(Admitted::new(io, permit))).await;
+                    }
+                    Err(error) => {
+                        tracing::debug!(listener = what, ?peer, %error, "connection not opened");
+                    }
+                }
+            });
+        }
+    });
+    ReceiverStream::new(incoming)
+}
+
+/// Opens `io` and reads its HTTP/2 client preface, each within its deadline.
+async fn open<IO, O: Opening<IO>>(opening: &O, io: IO) -> io::Result<O::Output> {
+    let mut io = opening.open(io).await?;
+    let mut preface = [0u8; PREFACE.len()];
+    match tokio::time::timeout(PREFACE_TIMEOUT, io.read_exact(&mut preface)).await {
+        Ok(Ok(_)) if &preface == PREFACE => Ok(io),
+        Ok(Ok(_)) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not an HTTP/2 client preface",
+        )),
+        Ok(Err(error)) => Err(error),
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no HTTP/2 client preface within {PREFACE_TIMEOUT:?}"),
+        )),
+    }
+}
+
+/// Waits for `io`'s first bytes within [`FIRST_BYTES_TIMEOUT`], then runs `handshake` on it
+/// to the end of [`HANDSHAKE_TIMEOUT`] (both from now): for TLS handshakes.
+pub(crate) async fn within_handshake_deadlines<IO, T, F>(
+    io: IO,
+    handshake: impl FnOnce(IO) -> F,
+) -> io::Result<T>
+where
+    IO: Readable,
+    F: Future<Output = io::Result<T>>,
+{
+    let started = tokio::time::Instant::now();
+    match tokio::time::timeout(FIRST_BYTES_TIMEOUT, io.first_bytes()).await {
+        Ok(result) => result?,
+        Err(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no TLS ClientHello within {FIRST_BYTES_TIMEOUT:?}"),
+            ))
+        }
+    }
+    match tokio::time::timeout_at(started + HANDSHAKE_TIMEOUT, handshake(io)).await {
+        Ok(result) => result,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("TLS handshake not done within {HANDSHAKE_TIMEOUT:?}"),
+        )),
+    }
+}
+
+/// A connection admitted to HTTP/2: its preface (already read and checked) is read again
+/// first; it holds its place under the connection cap until dropped.
+pub(crate) struct Admitted<T> {
+    inner: T,
+    /// How much of the preface has been read again.
+    replayed: usize,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl<T> Admitted<T> {
+    fn new(inner: T, permit: OwnedSemaphorePermit) -> Self {
+        Self {
+            inner,
+            replayed: 0,
+            _permit: permit,
+        }
+    }
+}
+
+impl<T: Connected> Connected for Admitted<T> {
+    type ConnectInfo = T::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Admitted<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.replayed < PREFACE.len() {
+            let rest = &PREFACE[this.replayed..];
+            let n = rest.len().min(buf.remaining());
+            buf.put_slice(&rest[..n]);
+            this.replayed += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Admitted<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_count_by_ipv4_address_or_ipv6_64() {
+        let v6 = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(peer_key(v6("192.0.2.7")), v6("192.0.2.7"));
+        assert_eq!(peer_key(v6("::ffff:192.0.2.7")), v6("192.0.2.7"));
+        assert_eq!(peer_key(v6("2001:db8:1:2:aaaa::1")), v6("2001:db8:1:2::"));
+        assert_eq!(
+            peer_key(v6("2001:db8:1:2:ffff::9")),
+            peer_key(v6("2001:db8:1:2::1"))
+        );
+    }
+
+    #[test]
+    fn a_peer_has_at_most_its_share_of_opening_slots_and_gets_them_back() {
+        let slots = OpeningSlots::new();
+        let peer = Some("192.0.2.1".parse().unwrap());
+        let held: Vec<_> = (0..OPENING_PER_PEER)
+            .map(|_| slots.take(peer).expect("within the share"))
+            .collect();
+        assert!(slots.take(peer).is_none(), "one past the share");
+        assert!(slots.take(Some("192.0.2.2".parse().unwrap())).is_some());
+        assert!(slots.take(None).is_some(), "Unix peers count only globally");
+        drop(held);
+        assert!(slots.take(peer).is_some());
+        assert!(slots.per_peer.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_default_cap_stays_within_the_descriptor_limit() {
+        let cap = default_max_connections();
+        assert!((16..=DEFAULT_MAX_CONNECTIONS).contains(&cap), "{cap}");
+    }
+}
