@@ -929,6 +929,55 @@ mod tests {
         assert!(!none.count(&spec(&[("targets", "h:1")])).active());
     }
 
+    /// Given a LAN fleet whose sweep deadline (200 ms) is shorter than the default listening
+    /// window (1.5 s), when eight calls ask for fresh answers one after another, then at most
+    /// one listing runs at any time and none outlives its sweep by much (each listens 100 ms).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lan_listing_runs_once_per_fleet_within_the_sweeps_deadline() {
+        let namespace = format!("scaler-lan-{}", std::process::id());
+        let spec = spec(&[
+            ("namespace", &namespace),
+            ("discovery", "lan"),
+            ("sweepTimeout", "200ms"),
+        ]);
+        let fleet = Fleet::new(&spec, None).unwrap();
+        let running = || MAX_LISTINGS - LISTINGS.available_permits();
+        let mut most = 0;
+        let started = Instant::now();
+        for _ in 0..8 {
+            let census = fleet.census(&spec, Duration::ZERO).await;
+            most = most.max(running());
+            if let Err(error) = census {
+                // No multicast here: the listing fails at once, and nothing is left running.
+                eprintln!("LAN listing: {error}");
+            }
+        }
+        let took = started.elapsed();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        eprintln!("8 LAN sweeps in {took:?}; most listings running after a sweep: {most}");
+        assert!(most <= 1, "{most} listings running at once");
+        assert_eq!(running(), 0, "a listing outlived its sweep by 300 ms");
+    }
+
+    #[test]
+    fn a_census_of_any_age_bound_answers_without_overflow() {
+        let fleet = Fleet::new(&spec(&[("targets", "127.0.0.1:1")]), None).unwrap();
+        fleet.latest.send_replace(Some(Arc::new(Census {
+            at: Instant::now(),
+            took: Duration::ZERO,
+            polls: Vec::new(),
+        })));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let spec = spec(&[("targets", "127.0.0.1:1")]);
+        let (_, freshness) = runtime
+            .block_on(fleet.census(&spec, Duration::MAX))
+            .unwrap();
+        assert_eq!(freshness, Freshness::Cached);
+    }
+
     #[test]
     fn a_metadata_maps_reading_is_kept_and_shared_by_equal_maps_only() {
         let map = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
