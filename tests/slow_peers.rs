@@ -173,6 +173,39 @@ async fn connections_over_the_cap_are_closed_at_once() {
     worker.stop(wool::Grace::None).await;
 }
 
+// Given a worker's plaintext health port, when 64 silent connections (its cap) and 5 more
+// arrive, then the 5 are closed at once and the 64 after the preface deadline, and a health
+// check is answered afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_port_has_the_preface_deadline_and_a_cap() {
+    let worker = wool::worker::Worker::builder()
+        .health_listen("127.0.0.1:0")
+        .serve()
+        .await
+        .unwrap();
+    let health = worker.health_address().unwrap().to_string();
+    let held = silent_connections(&health, 64, b"").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let over = silent_connections(&health, 5, b"").await;
+    let (closed, after) = closed_within(over, Duration::from_secs(2)).await;
+    println!("health connections over the cap closed: {closed}/5 within {after:?}");
+    assert_eq!(closed, 5, "health connections over the cap were kept");
+    let (closed, after) = closed_within(held, Duration::from_secs(9)).await;
+    println!("silent health connections closed: {closed}/64 within {after:?}");
+    assert_eq!(closed, 64, "silent health connections left open");
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{health}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let answer = tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(answer.into_inner().status, 1, "SERVING");
+    worker.stop(wool::Grace::None).await;
+}
+
 // ---- the metrics endpoint ------------------------------------------------------------------
 
 /// A worker serving metrics on 127.0.0.1, in process; the metrics address.

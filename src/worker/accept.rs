@@ -407,22 +407,61 @@ where
     ReceiverStream::new(incoming)
 }
 
-/// Opens `io` and reads its HTTP/2 client preface, each within its deadline.
+/// Opens `io` and reads its HTTP/2 client preface, each within its deadline. A connection
+/// whose first bytes are not the preface is answered as h2 answers one (see [`refuse`]).
 async fn open<IO, O: Opening<IO>>(opening: &O, io: IO) -> io::Result<O::Output> {
     let mut io = opening.open(io).await?;
     let mut preface = [0u8; PREFACE.len()];
     match tokio::time::timeout(PREFACE_TIMEOUT, io.read_exact(&mut preface)).await {
         Ok(Ok(_)) if &preface == PREFACE => Ok(io),
-        Ok(Ok(_)) => Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "not an HTTP/2 client preface",
-        )),
+        Ok(Ok(_)) => {
+            refuse(&mut io).await;
+            Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not an HTTP/2 client preface",
+            ))
+        }
         Ok(Err(error)) => Err(error),
         Err(_) => Err(io::Error::new(
             io::ErrorKind::TimedOut,
             format!("no HTTP/2 client preface within {PREFACE_TIMEOUT:?}"),
         )),
     }
+}
+
+/// How long refusing a connection that sent no preface may take (its answer written, what
+/// it sent read and discarded).
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Most bytes read and discarded from a refused connection before it is closed.
+const REFUSAL_DRAIN: usize = 64 * 1024;
+
+/// Answers a connection that sent something other than the HTTP/2 preface as an HTTP/2
+/// server does: its SETTINGS and a GOAWAY (PROTOCOL_ERROR), then the end of the stream,
+/// discarding what the peer sent (up to [`REFUSAL_DRAIN`] bytes) so that the close is not a
+/// reset: a TLS client meeting a plaintext server reads HTTP/2 bytes and can say so. All
+/// within [`REFUSAL_TIMEOUT`].
+async fn refuse<IO: AsyncRead + AsyncWrite + Unpin>(io: &mut IO) {
+    use tokio::io::AsyncWriteExt;
+    const ANSWER: [u8; 26] = [
+        0, 0, 0, 0x4, 0, 0, 0, 0, 0, // SETTINGS, empty
+        0, 0, 8, 0x7, 0, 0, 0, 0, 0, // GOAWAY:
+        0, 0, 0, 0, 0, 0, 0, 0x1, // last stream 0, PROTOCOL_ERROR
+    ];
+    let refusal = async {
+        io.write_all(&ANSWER).await?;
+        io.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        let mut drained = 0;
+        while drained < REFUSAL_DRAIN {
+            match io.read(&mut sink).await? {
+                0 => break,
+                n => drained += n,
+            }
+        }
+        Ok::<_, io::Error>(())
+    };
+    let _ = tokio::time::timeout(REFUSAL_TIMEOUT, refusal).await;
 }
 
 /// Waits for `io`'s first bytes within [`FIRST_BYTES_TIMEOUT`], then runs `handshake` on it
