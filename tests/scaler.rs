@@ -438,6 +438,36 @@ fn tls_material_by_path_reaches_a_mutual_tls_worker() {
     assert!(message.contains("/nonexistent/ca.pem"), "{message}");
 }
 
+/// Given a plaintext Wool 0.15.7 pool of two found by namespace, when a ScaledObject asks for
+/// it with TLS material for the workers, then Wool's admission gate refuses both records (a
+/// caller with credentials admits only secure workers): they are no members at all — metric 0,
+/// inactive, no worker counted unreachable — rather than two unreachable workers counted busy
+/// (before the gate, every record was a member, and a forged plaintext record kept a TLS fleet
+/// active). Without TLS material the same pool is two members.
+#[test]
+fn records_the_admission_gate_refuses_are_no_members() {
+    let pki = common::Pki::generate();
+    let dir = pki.ca_path.parent().unwrap().display().to_string();
+    let scaler = ScalerProcess::start_with(&["--tls-files-dir".into(), dir], &[]);
+    let namespace = common::unique_namespace("gate");
+    let _pool = WoolPool::start(&namespace, 2, &[], None);
+    let ca = pki.ca_path.display().to_string();
+    let cert = pki.leaf.cert_path.display().to_string();
+    let key = pki.leaf.key_path.display().to_string();
+    let tls = [
+        ("namespace", namespace.as_str()),
+        ("idleThreshold", "1h"),
+        ("workerTlsCa", ca.as_str()),
+        ("workerTlsCert", cert.as_str()),
+        ("workerTlsKey", key.as_str()),
+    ];
+    assert_eq!(scaler.busy("tls", &tls), (0.0, false));
+    let metrics = common::scrape(&scaler.metrics);
+    assert_eq!(workers_in(&metrics, "tls", "unreachable"), 0.0);
+    let plain = [("namespace", namespace.as_str()), ("idleThreshold", "1h")];
+    assert_eq!(scaler.busy("plain", &plain), (2.0, true));
+}
+
 /// Given bad metadata, then KEDA's client gets INVALID_ARGUMENT naming the key, from every
 /// call, and the scaler keeps serving.
 #[test]

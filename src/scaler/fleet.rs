@@ -16,7 +16,7 @@ use tonic::Code;
 use super::metadata::{CountAs, FleetKey, FleetSpec, Source, TlsFiles, MAX_TARGETS};
 use crate::connection::{ChannelOptions, Error, ErrorKind, WorkerConnection, WorkerCredentials};
 use crate::fleet::discovery::{
-    DiscoveredWorker, Discovery, LanDiscovery, LocalDiscovery, DEFAULT_LISTEN,
+    admit, DiscoveredWorker, Discovery, LanDiscovery, LocalDiscovery, DEFAULT_LISTEN,
 };
 use crate::fleet::{sweep, Reason, SweepOptions};
 
@@ -424,7 +424,16 @@ impl Fleet {
                 *listing = None;
                 let listing =
                     outcome.map_err(|e| transient(format!("listing the namespace: {e}")))??;
-                Ok(listing
+                // Wool's WorkerProxy gate: a worker it refuses (a plaintext record while the
+                // fleet has credentials, an incompatible version, ...) is no member at all, so a
+                // forged record cannot keep the fleet busy by being unreachable.
+                let admission = admit(listing, self.credentials.as_ref());
+                if !admission.refused.is_empty() {
+                    tracing::debug!(source = %self.label, refused = admission.refused.len(),
+                        "discovered workers refused by the admission gate are not members");
+                }
+                Ok(admission
+                    .admitted
                     .into_iter()
                     .map(|worker| Member {
                         key: format!(
