@@ -4,7 +4,7 @@
 //!
 //! The listener is accepted from continuously, in a task of its own. Each accepted connection:
 //!
-//! - counts against a connection cap ([`ConnectionLimits::max_connections`]) for its whole life;
+//! - counts against a connection cap (`ConnectionLimits::max_connections`, set by [`WorkerBuilder::max_connections`](super::WorkerBuilder::max_connections)) for its whole life;
 //!   one over the cap is closed at once (never queued behind the others);
 //! - then *opens* in a task of its own: its TLS handshake when the server has one (the
 //!   ClientHello must start within [`FIRST_BYTES_TIMEOUT`], the whole handshake end within
