@@ -269,9 +269,18 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
         _wool_status,
         [WorkerInfoPtr, CredentialsPtr, ChannelOptionsPtr, ctypes.POINTER(ConnectionPtr)],
     ),
+    "wool_worker_list_connect": (
+        _wool_status,
+        [WorkerListPtr, ctypes.c_size_t, CredentialsPtr, ChannelOptionsPtr,
+         ctypes.POINTER(ConnectionPtr)],
+    ),
     "wool_watch_new": (
         _wool_status,
         [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(WatchPtr)],
+    ),
+    "wool_watch_new_admitted": (
+        _wool_status,
+        [ctypes.c_char_p, ctypes.c_int, CredentialsPtr, ctypes.POINTER(WatchPtr)],
     ),
     "wool_watch_next": (
         _wool_status,

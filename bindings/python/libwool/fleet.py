@@ -239,13 +239,18 @@ class Watch:
 
     _handle = None  # so that __del__ is safe when __init__ failed early
 
-    def __init__(self, namespace: str, *, lan: bool = False):
+    def __init__(self, namespace: str, *, lan: bool = False,
+                 credentials: WorkerCredentials | None = None):
         """As `watch`."""
         backend = _backend(lan)
         c_namespace = _c_text(_check_type(namespace, str, "namespace"), "namespace")
+        if credentials is not None:
+            _check_type(credentials, WorkerCredentials, "credentials")
         library = _ffi.default()
         handle = _ffi.WatchPtr()
-        _check(library, library.wool_watch_new(c_namespace, backend, ctypes.byref(handle)))
+        c_credentials = credentials._handle if credentials is not None else None
+        _check(library, library.wool_watch_new_admitted(c_namespace, backend, c_credentials,
+                                                        ctypes.byref(handle)))
         self._library = library
         self._lock = threading.Lock()  # held around wool_watch_next; close frees under it
         self._closed = False
@@ -334,15 +339,18 @@ class Watch:
         return f"<Watch namespace={getattr(self, 'namespace', None)!r} {where} {state}>"
 
 
-def watch(namespace: str, *, lan: bool = False) -> Watch:
+def watch(namespace: str, *, lan: bool = False,
+          credentials: WorkerCredentials | None = None) -> Watch:
     """Start watching the pool published under `namespace` (backends as `discover`), as
-    ``wool_watch_new``: the watch first reports every worker present (``"worker-added"``),
-    then each join, change and leave.
+    ``wool_watch_new_admitted``: the watch first reports every worker present
+    (``"worker-added"``), then each join, change and leave; each event's worker carries the
+    admission gate's verdict for a caller holding `credentials` (``refusal``,
+    ``refusal_reason``), as `discover`.
 
     :raises ValueError: as `discover`.
     :raises TransientRpcError: the watch cannot start.
     """
-    return Watch(namespace, lan=lan)
+    return Watch(namespace, lan=lan, credentials=credentials)
 
 
 # ---------------------------------------------------------------- sweeps and retire rounds

@@ -522,6 +522,9 @@ def test_the_admission_gate_refuses_through_the_binding(start_pool, certs):
     assert len(listed) == 2
     assert all(w.refusal == "security" and "security" in w.refusal_reason for w in listed)
     assert all(w.refusal is None for w in fleet.discover(namespace))
+    with fleet.watch(namespace, credentials=credentials) as events:
+        first = events.next(timeout=10.0)
+        assert first is not None and first.worker.refusal == "security", first
     with pytest.raises(ValueError, match="security"):
         fleet.connect_worker(listed[0], credentials)
     gated = credentials.with_peers("w1")
