@@ -353,15 +353,9 @@ fn accept_errors_pause_the_listener_with_one_log_line() {
 
 // ---- the Unix socket's `:authority` rewriter ------------------------------------------------
 
-/// A `VmHWM` (peak resident set) of process `pid`, in bytes.
+/// The peak resident set (`VmHWM`) of process `pid`, in bytes.
 fn peak_resident_bytes(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .expect("VmHWM in /proc/PID/status");
-    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kib * 1024
+    common::hostile::memory_bytes(&pid.to_string(), "VmHWM")
 }
 
 // Given a worker on a Unix socket, when a client sends a HEADERS frame declaring 16 MiB (and

@@ -15,13 +15,7 @@ const ANSWER_MIB: u32 = 50;
 
 /// This process's peak resident set since the last reset, in bytes (`VmHWM`).
 fn peak_resident_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .expect("VmHWM in /proc/self/status");
-    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kib * 1024
+    hostile::memory_bytes("self", "VmHWM")
 }
 
 /// Resets the peak resident set to the current one (Linux: `5` to `/proc/self/clear_refs`).

@@ -480,11 +480,20 @@ pub async fn answering_client_hello(bytes: Vec<u8>, then_close: bool) -> FakeWor
 
 /// This process's resident set size, in bytes (`VmRSS` in `/proc/self/status`).
 pub fn resident_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    memory_bytes("self", "VmRSS")
+}
+
+/// A memory figure of process `pid` (`"self"` or a number), in bytes: `field` (`VmRSS`,
+/// `VmHWM` the peak resident set, ...) of `/proc/PID/status`.
+pub fn memory_bytes(pid: &str, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let line = status
         .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .expect("VmRSS in /proc/self/status");
+        .find(|l| {
+            l.strip_prefix(field)
+                .is_some_and(|rest| rest.starts_with(':'))
+        })
+        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"));
     let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
     kib * 1024
 }

@@ -95,18 +95,6 @@ impl PythonPeer {
 impl Drop for PythonPeer {
     fn drop(&mut self) {
         drop(self.stdin.take());
-        if self.child.try_wait().ok().flatten().is_none() {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
+        super::terminate(&mut self.child, Duration::from_secs(10));
     }
 }
