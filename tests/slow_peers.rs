@@ -146,38 +146,147 @@ fn still_open(stream: &TcpStream) -> bool {
     matches!(stream.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
 }
 
-// Given an in-process worker capped at 20 connections and holding 20 silent ones, when 5 more
-// connect, then those are closed at once while the 20 stay (until their preface deadline),
-// and once those have gone a poll is served.
+/// The HTTP/2 client preface and an empty SETTINGS frame: what makes a plaintext connection
+/// established, after which this peer says nothing more.
+const PREFACE_AND_SETTINGS: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+
+/// A peer reopening silent connections from `source` for as long as it runs: one every
+/// `every`, the newest `held` kept open (whether or not the server has closed them).
+fn reopening_flood(
+    address: &str,
+    source: std::net::Ipv4Addr,
+    held: usize,
+    every: Duration,
+) -> tokio::task::JoinHandle<()> {
+    let target: std::net::SocketAddr = address.parse().unwrap();
+    tokio::spawn(async move {
+        let mut open = std::collections::VecDeque::with_capacity(held + 1);
+        loop {
+            let socket = TcpSocket::new_v4().unwrap();
+            socket.bind((source, 0).into()).unwrap();
+            if let Ok(stream) = socket.connect(target).await {
+                open.push_back(stream);
+                if open.len() > held {
+                    open.pop_front();
+                }
+            }
+            tokio::time::sleep(every).await;
+        }
+    })
+}
+
+// Given a mutual-TLS worker and a peer on the caller's own address (127.0.0.1) holding 64
+// silent connections and opening a new one every 10 ms (twice its share of opening slots, at
+// a hundred a second), when the caller polls 20 times, each on a connection of its own, then
+// every poll is served: silent connections displace each other, never a client that spoke.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_over_the_cap_are_closed_at_once() {
+async fn silent_connections_from_the_callers_own_address_do_not_lock_it_out() {
+    let pki = Pki::generate();
+    let worker = WorkerProcess::spawn(&pki.mutual_args());
+    let local = std::net::Ipv4Addr::LOCALHOST;
+    let flood = reopening_flood(&worker.address, local, 64, Duration::from_millis(10));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut failures = Vec::new();
+    let mut slowest = Duration::ZERO;
+    for channel in 2..22 {
+        let credentials = client_mutual(&pki.ca_pem, &pki.leaf);
+        let (result, took) =
+            timed_poll_on_channel(&worker.address, Some(credentials), channel).await;
+        slowest = slowest.max(took);
+        if let Err(error) = result {
+            failures.push(error.to_string());
+        }
+    }
+    flood.abort();
+    println!(
+        "mutual-TLS polls from 127.0.0.1 beside its own flood: {}/20 served, slowest {:.1} ms",
+        20 - failures.len(),
+        slowest.as_secs_f64() * 1e3
+    );
+    assert!(failures.is_empty(), "polls refused: {failures:?}");
+}
+
+// Given an in-process worker capped at 20 connections and holding 20 silent ones, when 5 more
+// connect, then the 5 longest silent are closed at once and the newcomers kept, and a poll is
+// served at once; when the 20 are instead established (their HTTP/2 preface sent), a newcomer
+// is closed at once and the 20 are kept: connections that carry dispatches are never displaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_cap_newcomers_displace_silent_connections_never_established_ones() {
     let worker = wool::worker::Worker::builder()
         .max_connections(20)
         .serve()
         .await
         .unwrap();
-    let held = silent_connections(worker.address(), 20, b"").await;
+    let mut held = silent_connections(worker.address(), 20, b"").await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let over = silent_connections(worker.address(), 5, b"").await;
-    let (closed, after) = closed_within(over, Duration::from_secs(2)).await;
-    println!("connections over the cap closed: {closed}/5 within {after:?}");
-    assert_eq!(closed, 5, "connections over the cap were kept");
+    let newcomers = silent_connections(worker.address(), 5, b"").await;
+    let rest = held.split_off(5);
+    let (closed, after) = closed_within(held, Duration::from_secs(2)).await;
+    println!("longest-silent connections displaced: {closed}/5 within {after:?}");
+    assert_eq!(closed, 5, "the longest silent were kept");
     assert!(
-        held.iter().all(still_open),
-        "a connection within the cap was closed early"
+        newcomers.iter().chain(&rest).all(still_open),
+        "a newer one was closed"
     );
-    let (closed, _) = closed_within(held, Duration::from_secs(9)).await;
-    assert_eq!(closed, 20, "silent connections within the cap left open");
     let (result, took) = timed_poll(worker.address(), None).await;
-    assert!(result.is_ok(), "the poll failed after {took:?}: {result:?}");
+    assert!(
+        result.is_ok(),
+        "the poll at the cap failed after {took:?}: {result:?}"
+    );
+    drop((newcomers, rest));
+    worker.stop(wool::Grace::None).await;
+
+    // A worker of the same cap whose every place is taken by an established connection.
+    let worker = wool::worker::Worker::builder()
+        .max_connections(20)
+        .serve()
+        .await
+        .unwrap();
+    let established = silent_connections(worker.address(), 20, PREFACE_AND_SETTINGS).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let over = silent_connections(worker.address(), 1, b"").await;
+    let (closed, after) = closed_within(over, Duration::from_secs(2)).await;
+    println!("newcomer at a cap of established connections closed: {closed}/1 within {after:?}");
+    assert_eq!(
+        closed, 1,
+        "a newcomer over a cap of established connections was kept"
+    );
+    let mut sink = [0u8; 64];
+    for (n, mut stream) in established.into_iter().enumerate() {
+        // Each reads the server's SETTINGS, and is still open.
+        let read = tokio::time::timeout(Duration::from_millis(500), stream.read(&mut sink)).await;
+        assert!(matches!(read, Ok(Ok(n)) if n > 0), "established connection {n}: {read:?}");
+        assert!(
+            still_open(&stream),
+            "an established connection was displaced"
+        );
+    }
     worker.stop(wool::Grace::None).await;
 }
 
-// Given a worker's plaintext health port, when 64 silent connections (its cap) and 5 more
-// arrive, then the 5 are closed at once and the 64 after the preface deadline, and a health
-// check is answered afterwards.
+/// One health check on a connection of its own: the status answered.
+async fn health_check(address: &str) -> Result<i32, String> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let answer = tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest::default())
+        .await
+        .map_err(|e| format!("check: {e}"))?;
+    Ok(answer.into_inner().status)
+}
+
+// Given a worker's plaintext health port holding 64 silent connections (its cap) and reopening
+// floods from 10 addresses (each opening a connection every 5 ms), when health is checked
+// 12 times, then every check is answered SERVING; when 64 connections instead sit established
+// and idle, a check is still answered (the quietest is displaced); and silent connections are
+// closed at the preface deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_health_port_has_the_preface_deadline_and_a_cap() {
+async fn the_health_port_answers_probes_through_silent_and_idle_connections() {
     let worker = wool::worker::Worker::builder()
         .health_listen("127.0.0.1:0")
         .serve()
@@ -185,24 +294,36 @@ async fn the_health_port_has_the_preface_deadline_and_a_cap() {
         .unwrap();
     let health = worker.health_address().unwrap().to_string();
     let held = silent_connections(&health, 64, b"").await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let over = silent_connections(&health, 5, b"").await;
-    let (closed, after) = closed_within(over, Duration::from_secs(2)).await;
-    println!("health connections over the cap closed: {closed}/5 within {after:?}");
-    assert_eq!(closed, 5, "health connections over the cap were kept");
+    let floods: Vec<_> = (0..10)
+        .map(|n| {
+            let source = std::net::Ipv4Addr::new(127, 0, 1, 2 + n);
+            reopening_flood(&health, source, 40, Duration::from_millis(5))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut answers = Vec::new();
+    for _ in 0..12 {
+        answers.push(health_check(&health).await);
+    }
+    floods.iter().for_each(|flood| flood.abort());
+    println!("health checks through floods of silent connections: {answers:?}");
+    assert!(answers.iter().all(|a| *a == Ok(1)), "{answers:?}");
     let (closed, after) = closed_within(held, Duration::from_secs(9)).await;
     println!("silent health connections closed: {closed}/64 within {after:?}");
     assert_eq!(closed, 64, "silent health connections left open");
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{health}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let answer = tonic_health::pb::health_client::HealthClient::new(channel)
-        .check(tonic_health::pb::HealthCheckRequest::default())
-        .await
-        .unwrap();
-    assert_eq!(answer.into_inner().status, 1, "SERVING");
+
+    let idle = silent_connections(&health, 64, PREFACE_AND_SETTINGS).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        health_check(&health).await,
+        Ok(1),
+        "SERVING beside 64 idle connections"
+    );
+    let (displaced, _) = closed_within(idle, Duration::from_secs(1)).await;
+    assert!(
+        displaced >= 1,
+        "the check's connection displaced no idle one"
+    );
     worker.stop(wool::Grace::None).await;
 }
 
@@ -243,35 +364,39 @@ async fn a_metrics_client_sending_half_a_header_is_disconnected() {
     );
 }
 
-// Given a worker's metrics endpoint holding 64 silent connections (its cap), when 5 more
-// connect, then those are closed at once; once the 64 are gone, a scrape is answered.
+// Given a worker's metrics endpoint holding 64 silent connections (its cap), when it is
+// scraped, then the scrape is answered (it displaces the longest silent); when 5 more connect,
+// the 5 longest silent are closed at once and the newcomers kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_connections_over_the_cap_are_closed_at_once() {
+async fn metrics_at_the_cap_are_scraped_and_newcomers_displace_the_longest_silent() {
     let (_worker, metrics) = worker_with_metrics().await;
     let mut held = Vec::new();
     for _ in 0..64 {
         held.push(TcpStream::connect(&metrics).await.unwrap());
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let mut over = Vec::new();
-    for _ in 0..5 {
-        over.push(TcpStream::connect(&metrics).await.unwrap());
-    }
-    let (closed, after) = closed_within(over, Duration::from_secs(2)).await;
-    println!("metrics connections over the cap closed: {closed}/5 within {after:?}");
-    assert_eq!(closed, 5, "metrics connections over the cap were kept");
-    assert!(
-        held.iter().all(still_open),
-        "a connection within the cap was closed early"
-    );
-    let (closed, _) = closed_within(held, Duration::from_secs(9)).await;
-    assert_eq!(closed, 64);
-    let samples = tokio::task::spawn_blocking(move || common::scrape(&metrics))
+    let address = metrics.clone();
+    let samples = tokio::task::spawn_blocking(move || common::scrape(&address))
         .await
         .unwrap();
     assert!(
         samples.contains_key("wool_worker_idle_polls_total"),
         "{samples:?}"
+    );
+    // The scrape displaced the first; its own connection, closed since, left room for one.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut held = held.split_off(1);
+    let mut newcomers = Vec::new();
+    for _ in 0..6 {
+        newcomers.push(TcpStream::connect(&metrics).await.unwrap());
+    }
+    let rest = held.split_off(5);
+    let (closed, after) = closed_within(held, Duration::from_secs(2)).await;
+    println!("longest-silent metrics connections displaced: {closed}/5 within {after:?}");
+    assert_eq!(closed, 5, "the longest silent were kept");
+    assert!(
+        newcomers.iter().chain(&rest).all(still_open),
+        "a newer one was closed"
     );
 }
 

@@ -247,6 +247,7 @@ impl ScalerBuilder {
         };
         let limits = ConnectionLimits {
             max_connections: default_max_connections(),
+            evict_established: false,
         };
         let server = match &tls {
             Some(tls) => {

@@ -5,14 +5,23 @@
 //! The listener is accepted from continuously, in a task of its own. Each accepted connection:
 //!
 //! - counts against a connection cap (`ConnectionLimits::max_connections`, set by [`WorkerBuilder::max_connections`](super::WorkerBuilder::max_connections)) for its whole life;
-//!   one over the cap is closed at once (never queued behind the others);
 //! - then *opens* in a task of its own: its TLS handshake when the server has one (the
 //!   ClientHello must start within [`FIRST_BYTES_TIMEOUT`], the whole handshake end within
 //!   [`HANDSHAKE_TIMEOUT`]), then the 24-byte HTTP/2 client preface, which must arrive within
 //!   [`PREFACE_TIMEOUT`] and be exact;
 //! - while opening, takes one of [`OPENING_PER_PEER`] slots of its peer's address (an IPv4
-//!   address, or an IPv6 /64) and one of [`OPENING_AT_ONCE`] for the server; a connection that
-//!   finds its address's or the server's slots all taken is closed at once.
+//!   address, or an IPv6 /64) and one of [`OPENING_AT_ONCE`] for the server.
+//!
+//! A full server makes room rather than turning the newcomer away, because the newcomer is the
+//! one most likely to be a real client (a client speaks as soon as it connects; a peer holding
+//! connections open on purpose does not): when the cap, the address's opening slots or the
+//! server's are all taken, the connection the new one displaces is closed, chosen among those
+//! still opening (and, on a side port, established ones too) as the one *never heard from*,
+//! oldest first, else the one *least recently heard from*. So silent connections from an
+//! address, however many and however fast they are reopened, displace each other and never a
+//! client that has sent its ClientHello or preface since. Connections of a main address past
+//! their opening carry dispatches and are never displaced: a new connection finding the cap
+//! taken by established ones only is closed at once.
 //!
 //! Only then is the connection handed to the HTTP/2 server (tonic's `serve_with_incoming`),
 //! its preface replayed. An error from `accept` (EMFILE, say) pauses accepting for
@@ -23,15 +32,16 @@ use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::transport::server::Connected;
 
 /// How long a TLS client has, from its connection's acceptance, to start its ClientHello.
@@ -45,10 +55,11 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const PREFACE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Connections from one peer address (an IPv4 address, or an IPv6 /64) still opening (TLS
-/// handshake, HTTP/2 preface) at once; one more is closed at once.
+/// handshake, HTTP/2 preface) at once; one more displaces one of them (see the module
+/// documentation).
 pub const OPENING_PER_PEER: usize = 32;
 
-/// Connections still opening at once, all peers together; one more is closed at once.
+/// Connections still opening at once, all peers together; one more displaces one of them.
 pub const OPENING_AT_ONCE: usize = 1024;
 
 /// How long accepting pauses after an error from `accept` (EMFILE: out of descriptors, say),
@@ -125,8 +136,13 @@ pub fn default_max_connections() -> usize {
 /// The limits a server admits connections under.
 #[derive(Debug, Clone)]
 pub(crate) struct ConnectionLimits {
-    /// Connections open at once (opening ones included); one more is closed at once.
+    /// Connections open at once (opening ones included); see [`Connections::take`] for what
+    /// one more does.
     pub(crate) max_connections: usize,
+    /// Whether connections past their opening may be closed to make room for new ones: for
+    /// side ports (health probes, metrics scrapes), whose connections carry nothing that is
+    /// lost by it; never for a main address, whose connections carry dispatches.
+    pub(crate) evict_established: bool,
 }
 
 /// A listener the servers accept from: TCP (the peer's address known) or a Unix socket.
@@ -271,62 +287,219 @@ fn peer_key(address: IpAddr) -> IpAddr {
     }
 }
 
-/// The slots of connections still opening: per peer, and for the server.
+/// The order in which connections were last heard from: each read that brings bytes takes the
+/// next value. Zero means "never heard from".
+static HEARD: AtomicU64 = AtomicU64::new(1);
+
+/// What the table knows of one connection, shared with the connection itself.
 #[derive(Debug)]
-struct OpeningSlots {
-    per_peer: Mutex<HashMap<IpAddr, usize>>,
-    all: Arc<Semaphore>,
+struct Tracked {
+    /// When its peer last sent bytes (a [`HEARD`] value), 0 if never.
+    heard: AtomicU64,
+    /// Whether reads still mark `heard` (not once it can no longer be closed to make room).
+    watched: AtomicBool,
+    /// Cancelled when the connection is closed to make room for a newer one.
+    evicted: CancellationToken,
 }
 
-/// One opening connection's slots, given back when it is dropped.
-struct OpeningSlot {
-    slots: Arc<OpeningSlots>,
-    peer: Option<IpAddr>,
-    _all: OwnedSemaphorePermit,
-}
-
-impl OpeningSlots {
-    fn new() -> Arc<Self> {
-        Arc::new(Self {
-            per_peer: Mutex::new(HashMap::new()),
-            all: Arc::new(Semaphore::new(OPENING_AT_ONCE)),
-        })
-    }
-
-    /// A slot for a connection from `peer`, or `None` when its address's or the server's are
-    /// all taken.
-    fn take(self: &Arc<Self>, peer: Option<IpAddr>) -> Option<OpeningSlot> {
-        let all = Arc::clone(&self.all).try_acquire_owned().ok()?;
-        let peer = peer.map(peer_key);
-        if let Some(key) = peer {
-            let mut per_peer = self.per_peer.lock().unwrap_or_else(|p| p.into_inner());
-            let count = per_peer.entry(key).or_insert(0);
-            if *count >= OPENING_PER_PEER {
-                return None;
-            }
-            *count += 1;
+impl Tracked {
+    fn hear(&self) {
+        if self.watched.load(Ordering::Relaxed) {
+            self.heard
+                .store(HEARD.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
         }
-        Some(OpeningSlot {
-            slots: Arc::clone(self),
-            peer,
-            _all: all,
-        })
+    }
+
+    /// The order of eviction: never heard from first (oldest first), then least recently
+    /// heard from.
+    fn eviction_key(&self, id: u64) -> (u64, u64) {
+        (self.heard.load(Ordering::Relaxed), id)
     }
 }
 
-impl Drop for OpeningSlot {
-    fn drop(&mut self) {
-        if let Some(key) = self.peer {
-            let mut per_peer = self
-                .slots
-                .per_peer
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            if let Some(count) = per_peer.get_mut(&key) {
+/// One connection in the table.
+#[derive(Debug)]
+struct Entry {
+    peer: Option<IpAddr>,
+    tracked: Arc<Tracked>,
+}
+
+/// The connections of one server, by stage.
+#[derive(Debug, Default)]
+struct Table {
+    /// The next connection's number (so lower is older).
+    next: u64,
+    /// Connections still opening (TLS handshake, HTTP/2 preface).
+    opening: HashMap<u64, Entry>,
+    /// Opening connections per peer key.
+    per_peer: HashMap<IpAddr, usize>,
+    /// Connections past their opening that may be closed to make room (side ports only).
+    evictable: HashMap<u64, Entry>,
+    /// Connections past their opening, all of them.
+    established: usize,
+}
+
+impl Table {
+    /// The connection to close to make room: the least recently heard from of `candidates`.
+    fn least_recently_heard<'a>(
+        candidates: impl Iterator<Item = (&'a u64, &'a Entry)>,
+    ) -> Option<u64> {
+        candidates
+            .min_by_key(|(id, entry)| entry.tracked.eviction_key(**id))
+            .map(|(id, _)| *id)
+    }
+
+    /// Takes connection `id` out of the table (its counts given back) and closes it.
+    fn evict(&mut self, id: u64) {
+        let entry = if let Some(entry) = self.opening.remove(&id) {
+            self.release_peer(entry.peer);
+            entry
+        } else if let Some(entry) = self.evictable.remove(&id) {
+            self.established -= 1;
+            entry
+        } else {
+            return;
+        };
+        entry.tracked.evicted.cancel();
+    }
+
+    fn release_peer(&mut self, peer: Option<IpAddr>) {
+        if let Some(key) = peer {
+            if let Some(count) = self.per_peer.get_mut(&key) {
                 *count -= 1;
                 if *count == 0 {
-                    per_peer.remove(&key);
+                    self.per_peer.remove(&key);
                 }
+            }
+        }
+    }
+}
+
+/// The connections a server holds, and the rules that make room for new ones (see the module
+/// documentation).
+#[derive(Debug)]
+pub(crate) struct Connections {
+    limits: ConnectionLimits,
+    table: Mutex<Table>,
+}
+
+/// A connection's place in its server's [`Connections`], given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    connections: Arc<Connections>,
+    id: u64,
+    tracked: Arc<Tracked>,
+    established: bool,
+}
+
+impl Connections {
+    pub(crate) fn new(limits: ConnectionLimits) -> Arc<Self> {
+        Arc::new(Self {
+            limits,
+            table: Mutex::new(Table::default()),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A place for a new connection from `peer`, still opening, made by closing others as the
+    /// module documentation says; `None` when the server is at its cap and no connection may
+    /// be closed to make room.
+    pub(crate) fn take(self: &Arc<Self>, peer: Option<IpAddr>) -> Option<Slot> {
+        let mut table = self.lock();
+        let max = self.limits.max_connections.max(1);
+        if table.opening.len() + table.established >= max {
+            let candidates = table.opening.iter().chain(table.evictable.iter());
+            let victim = Table::least_recently_heard(candidates)?;
+            table.evict(victim);
+        }
+        let key = peer.map(peer_key);
+        if let Some(key) = key {
+            if table.per_peer.get(&key).copied().unwrap_or(0) >= OPENING_PER_PEER {
+                let from_peer = table.opening.iter().filter(|(_, e)| e.peer == Some(key));
+                if let Some(victim) = Table::least_recently_heard(from_peer) {
+                    table.evict(victim);
+                }
+            }
+        }
+        if table.opening.len() >= OPENING_AT_ONCE {
+            if let Some(victim) = Table::least_recently_heard(table.opening.iter()) {
+                table.evict(victim);
+            }
+        }
+        let id = table.next;
+        table.next += 1;
+        let tracked = Arc::new(Tracked {
+            heard: AtomicU64::new(0),
+            watched: AtomicBool::new(true),
+            evicted: CancellationToken::new(),
+        });
+        if let Some(key) = key {
+            *table.per_peer.entry(key).or_insert(0) += 1;
+        }
+        let entry = Entry {
+            peer: key,
+            tracked: Arc::clone(&tracked),
+        };
+        table.opening.insert(id, entry);
+        Some(Slot {
+            connections: Arc::clone(self),
+            id,
+            tracked,
+            established: false,
+        })
+    }
+}
+
+impl Slot {
+    /// Moves the connection past its opening: it no longer counts against its peer's opening
+    /// slots, and from now on may be closed to make room only on a side port. `false` when it
+    /// has been closed to make room meanwhile.
+    pub(crate) fn establish(&mut self) -> bool {
+        let mut table = self.connections.lock();
+        let Some(entry) = table.opening.remove(&self.id) else {
+            return false;
+        };
+        table.release_peer(entry.peer);
+        table.established += 1;
+        if self.connections.limits.evict_established {
+            table.evictable.insert(self.id, entry);
+        } else {
+            self.tracked.watched.store(false, Ordering::Relaxed);
+        }
+        self.established = true;
+        true
+    }
+
+    /// `io`, its reads telling this slot when its peer was last heard from.
+    pub(crate) fn watch<IO>(&self, io: IO) -> Heard<IO> {
+        Heard {
+            inner: io,
+            tracked: Arc::clone(&self.tracked),
+        }
+    }
+
+    /// Resolves when the connection has been closed to make room for a newer one.
+    pub(crate) fn evicted(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        self.tracked.evicted.clone().cancelled_owned()
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut table = self.connections.lock();
+        if let Some(entry) = table.opening.remove(&self.id) {
+            table.release_peer(entry.peer);
+        } else if self.established {
+            let counted = if self.connections.limits.evict_established {
+                table.evictable.remove(&self.id).is_some()
+            } else {
+                true
+            };
+            if counted {
+                table.established -= 1;
             }
         }
     }
@@ -345,12 +518,11 @@ pub(crate) fn admit<L, O>(
 ) -> ReceiverStream<io::Result<Admitted<O::Output>>>
 where
     L: Listener,
-    O: Opening<L::Io>,
+    O: Opening<Heard<L::Io>>,
 {
     let (ready, incoming) = mpsc::channel(64);
     let opening = Arc::new(opening);
-    let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let slots = OpeningSlots::new();
+    let connections = Connections::new(limits);
     tokio::spawn(async move {
         let mut errors = AcceptErrors::default();
         let mut over_cap = false;
@@ -369,34 +541,35 @@ where
             if let Some(accepted) = &accepted {
                 accepted.fetch_add(1, Ordering::Relaxed);
             }
-            let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
+            let Some(mut slot) = connections.take(peer) else {
                 if !over_cap {
                     tracing::warn!(
                         listener = what,
-                        cap = limits.max_connections,
-                        "connection cap reached: closing new connections until one ends"
+                        cap = connections.limits.max_connections,
+                        "connection cap reached, every connection established: \
+                         closing new connections until one ends"
                     );
                 }
                 over_cap = true;
                 continue; // `io` is dropped: closed at once
             };
             over_cap = false;
-            let Some(slot) = slots.take(peer) else {
-                tracing::debug!(
-                    listener = what,
-                    ?peer,
-                    "too many connections still opening from this address: closed"
-                );
-                continue;
-            };
+            let io = slot.watch(io);
             let opening = Arc::clone(&opening);
             let ready = ready.clone();
             tokio::spawn(async move {
-                match open(&*opening, io).await {
-                    Ok(io) => {
-                        drop(slot);
-                        let _ = ready.send(Ok(Admitted::new(io, permit))).await;
+                let opened = tokio::select! {
+                    opened = open(&*opening, io) => opened,
+                    () = slot.evicted() => Err(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        "closed while opening, to make room for a newer connection",
+                    )),
+                };
+                match opened {
+                    Ok(io) if slot.establish() => {
+                        let _ = ready.send(Ok(Admitted::new(io, slot))).await;
                     }
+                    Ok(_) => {}
                     Err(error) => {
                         tracing::debug!(listener = what, ?peer, %error, "connection not opened");
                     }
@@ -493,21 +666,99 @@ where
     }
 }
 
+/// An accepted connection, whose reads tell its [`Slot`] when its peer was last heard from
+/// (see [`Connections`]); otherwise the connection itself.
+pub(crate) struct Heard<IO> {
+    inner: IO,
+    tracked: Arc<Tracked>,
+}
+
+impl<IO: Connected> Connected for Heard<IO> {
+    type ConnectInfo = IO::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+impl<IO: Readable + Sync> Readable for Heard<IO> {
+    async fn first_bytes(&self) -> io::Result<()> {
+        self.inner.first_bytes().await?;
+        self.tracked.hear();
+        Ok(())
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Heard<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.tracked.hear();
+        }
+        read
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Heard<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
 /// A connection admitted to HTTP/2: its preface (already read and checked) is read again
-/// first; it holds its place under the connection cap until dropped.
+/// first; it holds its place under the connection cap until dropped, and reads end (as at
+/// the end of the stream) once it has been closed to make room for a newer one.
 pub(crate) struct Admitted<T> {
     inner: T,
     /// How much of the preface has been read again.
     replayed: usize,
-    _permit: OwnedSemaphorePermit,
+    /// Resolves when the connection is closed to make room (only where that may happen).
+    evicted: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+    _slot: Slot,
 }
 
 impl<T> Admitted<T> {
-    fn new(inner: T, permit: OwnedSemaphorePermit) -> Self {
+    fn new(inner: T, slot: Slot) -> Self {
+        let evicted = slot
+            .connections
+            .limits
+            .evict_established
+            .then(|| Box::pin(slot.evicted()));
         Self {
             inner,
             replayed: 0,
-            _permit: permit,
+            evicted,
+            _slot: slot,
         }
     }
 }
@@ -527,6 +778,11 @@ impl<T: AsyncRead + Unpin> AsyncRead for Admitted<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if let Some(evicted) = &mut this.evicted {
+            if evicted.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Ok(())); // nothing read: the end of the stream
+            }
+        }
         if this.replayed < PREFACE.len() {
             let rest = &PREFACE[this.replayed..];
             let n = rest.len().min(buf.remaining());
@@ -584,19 +840,79 @@ mod tests {
         );
     }
 
+    fn connections(max_connections: usize, evict_established: bool) -> Arc<Connections> {
+        Connections::new(ConnectionLimits {
+            max_connections,
+            evict_established,
+        })
+    }
+
+    fn open_ids(connections: &Connections) -> Vec<u64> {
+        let mut ids: Vec<u64> = connections.lock().opening.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
     #[test]
-    fn a_peer_has_at_most_its_share_of_opening_slots_and_gets_them_back() {
-        let slots = OpeningSlots::new();
+    fn a_peer_past_its_share_of_opening_slots_displaces_its_longest_silent_one() {
+        let table = connections(10_000, false);
         let peer = Some("192.0.2.1".parse().unwrap());
         let held: Vec<_> = (0..OPENING_PER_PEER)
-            .map(|_| slots.take(peer).expect("within the share"))
+            .map(|_| table.take(peer).expect("within the share"))
             .collect();
-        assert!(slots.take(peer).is_none(), "one past the share");
-        assert!(slots.take(Some("192.0.2.2".parse().unwrap())).is_some());
-        assert!(slots.take(None).is_some(), "Unix peers count only globally");
+        // The oldest has spoken; the second oldest is then the longest silent.
+        held[0].tracked.hear();
+        let newcomer = table.take(peer).expect("a newcomer displaces a silent one");
+        assert!(held[1].tracked.evicted.is_cancelled(), "the longest silent");
+        assert!(!held[0].tracked.evicted.is_cancelled(), "one that spoke");
+        assert_eq!(table.lock().per_peer[&peer.unwrap()], OPENING_PER_PEER);
+        assert!(table.take(Some("192.0.2.2".parse().unwrap())).is_some());
+        assert!(table.take(None).is_some(), "Unix peers count only globally");
         drop(held);
-        assert!(slots.take(peer).is_some());
-        assert!(slots.per_peer.lock().unwrap().is_empty());
+        drop(newcomer);
+        assert!(table.lock().per_peer.is_empty());
+        assert!(table.lock().opening.is_empty());
+    }
+
+    #[test]
+    fn among_peers_that_spoke_the_least_recently_heard_goes_first() {
+        let table = connections(3, false);
+        let held: Vec<_> = (0..3).map(|_| table.take(None).unwrap()).collect();
+        held[2].tracked.hear();
+        held[0].tracked.hear();
+        held[1].tracked.hear();
+        let _newcomer = table.take(None).unwrap();
+        assert!(held[2].tracked.evicted.is_cancelled());
+        assert_eq!(open_ids(&table), vec![0, 1, 3]);
+    }
+
+    #[test]
+    fn established_connections_of_a_main_address_are_never_displaced() {
+        let table = connections(2, false);
+        let mut first = table.take(None).unwrap();
+        let mut second = table.take(None).unwrap();
+        assert!(first.establish() && second.establish());
+        assert!(table.take(None).is_none(), "at the cap, all established");
+        drop(first);
+        let third = table.take(None).expect("room again");
+        assert!(!second.tracked.evicted.is_cancelled());
+        drop((second, third));
+        let left = table.lock();
+        assert_eq!((left.established, left.opening.len()), (0, 0));
+    }
+
+    #[test]
+    fn a_side_port_at_its_cap_displaces_its_quietest_connection() {
+        let table = connections(2, true);
+        let mut probe = table.take(None).unwrap();
+        let mut idle = table.take(None).unwrap();
+        assert!(probe.establish() && idle.establish());
+        probe.tracked.hear();
+        let _newcomer = table.take(None).expect("a side port makes room");
+        assert!(idle.tracked.evicted.is_cancelled(), "never heard from");
+        assert!(!probe.tracked.evicted.is_cancelled());
+        drop(idle);
+        assert_eq!(table.lock().established, 1, "counted once");
     }
 
     #[test]

@@ -79,6 +79,7 @@ pub(crate) fn serve_health_alone(
 ) {
     let limits = ConnectionLimits {
         max_connections: SIDE_PORT_MAX_CONNECTIONS,
+        evict_established: true,
     };
     let incoming = admit(listener, Plaintext, limits, None, "health");
     tokio::spawn(router.serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned()));

@@ -139,8 +139,9 @@ impl WorkerMetrics {
 /// connection too, so an idle one is closed after this long): 5 s.
 pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Connections open at once to a metrics endpoint; one more is closed at once: 64 (scrapers
-/// hold one or two each).
+/// Connections open at once to a metrics endpoint: 64 (scrapers hold one or two each). One
+/// more displaces the one never heard from (oldest first), else the one least recently heard
+/// from, as on the health port ([`accept`](super::accept)).
 pub const MAX_METRICS_CONNECTIONS: usize = 64;
 
 /// Serves `GET /metrics` (any path, in fact) over plaintext HTTP/1.1 on `listener` until
@@ -154,12 +155,14 @@ pub(crate) fn serve(
 ) {
     use http_body_util::Full;
     use hyper::body::Bytes;
-    let connections = Arc::new(tokio::sync::Semaphore::new(MAX_METRICS_CONNECTIONS));
+    let connections = super::accept::Connections::new(super::accept::ConnectionLimits {
+        max_connections: MAX_METRICS_CONNECTIONS,
+        evict_established: true,
+    });
     tokio::spawn(async move {
         let mut errors = super::accept::AcceptErrors::default();
-        let mut over_cap = false;
         loop {
-            let (stream, _) = tokio::select! {
+            let (stream, peer) = tokio::select! {
                 accepted = listener.accept() => match accepted {
                     Ok(accepted) => accepted,
                     Err(error) => {
@@ -170,21 +173,15 @@ pub(crate) fn serve(
                 () = shutdown.cancelled() => return,
             };
             errors.accepted("metrics");
-            let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
-                if !over_cap {
-                    tracing::warn!(
-                        cap = MAX_METRICS_CONNECTIONS,
-                        "metrics endpoint: connection cap reached; closing new connections until one ends"
-                    );
-                }
-                over_cap = true;
-                continue; // `stream` is dropped: closed at once
+            // A side port always makes room, so there is always a slot.
+            let Some(mut slot) = connections.take(Some(peer.ip())) else {
+                continue;
             };
-            over_cap = false;
+            slot.establish();
+            let stream = slot.watch(stream);
             let scrape = Arc::clone(&scrape);
             let shutdown = shutdown.clone();
             tokio::spawn(async move {
-                let _permit = permit;
                 let service = hyper::service::service_fn(move |_request| {
                     let body = scrape();
                     async move {
@@ -202,6 +199,7 @@ pub(crate) fn serve(
                     .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
                 tokio::select! {
                     _ = connection => {}
+                    () = slot.evicted() => {}
                     () = shutdown.cancelled() => {}
                 }
             });

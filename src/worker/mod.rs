@@ -190,6 +190,7 @@ impl WorkerBuilder {
             max_connections: self
                 .max_connections
                 .unwrap_or_else(accept::default_max_connections),
+            evict_established: false,
         };
         let tls = match self.credentials {
             Some(CredentialSource::Pem(credentials)) => Some(ServerTls::new(credentials, None)?),
