@@ -252,10 +252,13 @@ async fn at_the_cap_newcomers_displace_silent_connections_never_established_ones
         "a newcomer over a cap of established connections was kept"
     );
     let mut sink = [0u8; 64];
-    for (n, mut stream) in established.into_iter().enumerate() {
+    for (index, mut stream) in established.into_iter().enumerate() {
         // Each reads the server's SETTINGS, and is still open.
         let read = tokio::time::timeout(Duration::from_millis(500), stream.read(&mut sink)).await;
-        assert!(matches!(read, Ok(Ok(n)) if n > 0), "established connection {n}: {read:?}");
+        assert!(
+            matches!(read, Ok(Ok(n)) if n > 0),
+            "established connection {index}: {read:?}"
+        );
         assert!(
             still_open(&stream),
             "an established connection was displaced"

@@ -856,7 +856,8 @@ mod tests {
     #[test]
     fn a_peer_past_its_share_of_opening_slots_displaces_its_longest_silent_one() {
         let table = connections(10_000, false);
-        let peer = Some("192.0.2.1".parse().unwrap());
+        let address: IpAddr = "192.0.2.1".parse().unwrap();
+        let peer = Some(address);
         let held: Vec<_> = (0..OPENING_PER_PEER)
             .map(|_| table.take(peer).expect("within the share"))
             .collect();
@@ -865,7 +866,7 @@ mod tests {
         let newcomer = table.take(peer).expect("a newcomer displaces a silent one");
         assert!(held[1].tracked.evicted.is_cancelled(), "the longest silent");
         assert!(!held[0].tracked.evicted.is_cancelled(), "one that spoke");
-        assert_eq!(table.lock().per_peer[&peer.unwrap()], OPENING_PER_PEER);
+        assert_eq!(table.lock().per_peer[&address], OPENING_PER_PEER);
         assert!(table.take(Some("192.0.2.2".parse().unwrap())).is_some());
         assert!(table.take(None).is_some(), "Unix peers count only globally");
         drop(held);
