@@ -431,3 +431,62 @@ fn grpcurl_lists_describes_and_calls_the_worker_through_reflection() {
     let health = run(&[&worker.address, "grpc.health.v1.Health/Check"]);
     assert!(health.contains("SERVING"), "{health}");
 }
+
+/// Whether something still accepts TCP connections at `address`, waiting up to 2 s for it to
+/// stop (a stop is asynchronous).
+async fn still_listening(address: &str) -> bool {
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        if tokio::net::TcpStream::connect(address).await.is_err() {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    true
+}
+
+/// Given an address already taken, when a worker is started with a health port that binds and
+/// that address as its main one, then the start fails with the bind error and the health port
+/// it had opened is closed (it answered SERVING for a worker that never started); likewise a
+/// scaler whose metrics address is taken closes its health port.
+#[test]
+fn a_start_that_fails_closes_the_side_ports_it_opened() {
+    runtime().block_on(async {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let taken_address = taken.local_addr().unwrap().to_string();
+
+        let health = common::unused_local_address();
+        let error = wool::worker::Worker::builder()
+            .listen(taken_address.parse().unwrap())
+            .health_listen(health.clone())
+            .serve()
+            .await
+            .expect_err("the main address is taken");
+        assert!(
+            matches!(error, wool::worker::WorkerError::Bind { .. }),
+            "{error}"
+        );
+        assert!(
+            !still_listening(&health).await,
+            "the worker's health port was left open"
+        );
+
+        let health = common::unused_local_address();
+        let error = wool::scaler::Scaler::builder()
+            .listen("127.0.0.1:0")
+            .health_listen(health.clone())
+            .metrics_listen(taken_address.clone())
+            .serve()
+            .await
+            .expect_err("the metrics address is taken");
+        assert!(
+            matches!(error, wool::scaler::ScalerError::Bind { .. }),
+            "{error}"
+        );
+        assert!(
+            !still_listening(&health).await,
+            "the scaler's health port was left open"
+        );
+        drop(taken);
+    });
+}

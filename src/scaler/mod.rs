@@ -205,6 +205,8 @@ impl ScalerBuilder {
             None => None,
         };
         let (listener, address) = bind(&self.listen).await?;
+        // Until the scaler is running, a failure stops what has been started (the side ports).
+        let started = shutdown.clone().drop_guard();
         let health_address = match &self.health_listen {
             Some(spec) => {
                 let (listener, local) = bind(spec).await?;
@@ -260,6 +262,7 @@ impl ScalerBuilder {
                 tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop))
             }
         };
+        started.disarm();
         tracing::info!(
             %address,
             tls = tls.is_some(),

@@ -214,6 +214,8 @@ impl WorkerBuilder {
             .add_service(health.service.clone())
             .add_service(reflection_v1()?)
             .add_service(reflection_v1alpha()?);
+        // Until the worker is running, a failure stops what has been started (the side ports).
+        let started = state.shutdown.clone().drop_guard();
         let health_address = match &self.health_listen {
             Some(address) => Some(health.serve_alone(address, state.shutdown.clone()).await?),
             None => None,
@@ -231,13 +233,10 @@ impl WorkerBuilder {
             state.shutdown.clone(),
         )
         .await?;
-        if let Err(error) = tls
-            .as_ref()
-            .map_or(Ok(()), |tls| tls.watch(state.shutdown.clone()))
-        {
-            state.shutdown.cancel(); // the server just started ends with the error
-            return Err(error);
-        }
+        // The server just started ends with the error (the guard cancels the shutdown token).
+        tls.as_ref()
+            .map_or(Ok(()), |tls| tls.watch(state.shutdown.clone()))?;
+        started.disarm();
         tracing::info!(
             %address,
             tls = tls.is_some(),
