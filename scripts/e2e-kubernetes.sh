@@ -1,0 +1,673 @@
+#!/usr/bin/env bash
+# The Kubernetes suite: wool-scaler driving a Deployment through the real engine. Builds the
+# pinned engine (scripts/ensure-engine.sh: etcd v3.6.13, kube-apiserver/kube-controller-manager/
+# kubectl v1.36.3, KEDA v2.21.0's operator and metrics adapter), then runs etcd, the API server,
+# the HPA controller, KEDA's operator and its metrics adapter, wool-worker and wool-scaler
+# processes and a real Wool 0.15.7 pool, all under one temp dir, and checks what KEDA does with
+# the scaler's answers, by order and generous bounds (never exact times). For each case it prints
+# a timeline: the scaler's answers (its metrics: the last IsActive and metric given, calls
+# counted) and the Deployment's spec.replicas, sampled every second.
+#
+# Everything runs inside a network namespace the script makes (its loopback, plus a veth pair
+# with 10.250.x addresses that exist only inside it: the API server refuses loopback addresses
+# in the Endpoints of the metrics adapter's aggregated API). Without root or `ip` it runs on the
+# host's loopback instead and skips the HPA case, saying so. A trap stops every process it
+# started, whatever happens, and checks nothing it started is left listening.
+#
+# The manifests are the files in deploy/ that the README shows (this script checks each README
+# block still matches its file) and applies server-side; the cases patch only what a test must
+# (addresses, the fleet, timings). No kubelet or CNI runs: KEDA and the HPA scale through the
+# Deployment's scale subresource, and a NetworkPolicy is checked for the API server's acceptance
+# only (enforcement needs a network plugin).
+#   ./scripts/e2e-kubernetes.sh            every case
+#   E2E_CASES="activation tls" ./scripts/e2e-kubernetes.sh   some of them
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+say() { printf '%s  e2e  %s\n' "$(date -u +%T.%3N)" "$*" >&2; }
+
+if [[ "${WOOL_E2E_INSIDE:-}" != 1 ]]; then
+    started=$SECONDS
+    ENGINE="$(./scripts/ensure-engine.sh)"
+    say "engine ready in $((SECONDS - started)) s: $ENGINE"
+    [[ -x target/venvs/wool-0.15.7/bin/python ]] || ./scripts/setup-venvs.sh >&2
+    cargo build --bins --example burst >&2
+    export WOOL_E2E_INSIDE=1 WOOL_E2E_ENGINE="$ENGINE"
+    NETNS="wool-e2e-$$"
+    if [[ $(id -u) == 0 ]] && command -v ip >/dev/null && ip netns add "$NETNS" 2>/dev/null; then
+        trap 'ip netns del "$NETNS" 2>/dev/null || true' EXIT
+        sub=$(( $$ % 250 ))
+        ip -n "$NETNS" link set lo up
+        ip -n "$NETNS" link add e2e-host type veth peer name e2e-agg
+        ip -n "$NETNS" addr add "10.250.$sub.1/30" dev e2e-host
+        ip -n "$NETNS" addr add "10.250.$sub.2/30" dev e2e-agg
+        ip -n "$NETNS" link set e2e-host up
+        ip -n "$NETNS" link set e2e-agg up
+        export WOOL_E2E_AGG_IP="10.250.$sub.2"
+        say "network namespace $NETNS: loopback, and 10.250.$sub.1-2 on a veth pair inside it"
+        rc=0
+        ip netns exec "$NETNS" "$0" "$@" || rc=$?
+        left="$(ip netns pids "$NETNS" 2>/dev/null || true)"
+        if [[ -n "$left" ]]; then
+            say "FAIL: processes left in the namespace: $left"; kill -KILL $left 2>/dev/null || true; rc=1
+        fi
+        say "suite finished in $((SECONDS - started)) s (rc $rc)"
+        exit $rc
+    fi
+    say "no network namespace (needs root and iproute2): running on the host's loopback; the HPA case is skipped"
+    export WOOL_E2E_AGG_IP=""
+    rc=0
+    "$0" "$@" || rc=$?
+    say "suite finished in $((SECONDS - started)) s (rc $rc)"
+    exit $rc
+fi
+
+# ---------------------------------------------------------------- inside: the engine and cases
+BIN="$WOOL_E2E_ENGINE/bin"
+AGG_IP="${WOOL_E2E_AGG_IP:-}"
+TMP="$(mktemp -d /tmp/wool-e2e.XXXXXX)"
+PIDS=()
+NAMES=()
+FAILS=()
+RESULTS=()
+export KUBECONFIG="$TMP/admin.kubeconfig"
+PY="$ROOT/target/venvs/wool-0.15.7/bin/python"
+WORKER="$ROOT/target/debug/wool-worker"
+SCALER_BIN="$ROOT/target/debug/wool-scaler"
+BURST="$ROOT/target/debug/examples/burst"
+
+cleanup() {
+    local rc=$? pid
+    trap - EXIT INT TERM
+    if [[ -n "${SAMPLER:-}" ]]; then kill "$SAMPLER" 2>/dev/null || true; fi
+    # the last started first: clients before the API server, the API server before etcd
+    local i
+    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+        pid=${PIDS[$i]}
+        kill -0 "$pid" 2>/dev/null || continue
+        kill -TERM -- "-$pid" 2>/dev/null || true
+        for _ in $(seq 75); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+        if kill -0 "$pid" 2>/dev/null; then
+            say "${NAMES[$i]} (pid $pid) still running 15 s after SIGTERM: SIGKILL"
+        fi
+        kill -KILL -- "-$pid" 2>/dev/null || true
+    done
+    sleep 0.3
+    local listening
+    if [[ -n "${SAMPLER:-}" ]]; then kill "$SAMPLER" 2>/dev/null || true; fi
+    if [[ -n "$AGG_IP" ]]; then   # our own network namespace: nothing at all may listen in it
+        listening="$(ss -Hltnp 2>/dev/null || true)"
+    else
+        listening="$(ss -Hltnp 2>/dev/null | grep -E "$(printf 'pid=%s,|' "${PIDS[@]}")NONE" || true)"
+    fi
+    if [[ -n "$listening" ]]; then
+        say "FAIL: still listening after the stop:"; echo "$listening" >&2; rc=1
+    else
+        say "stopped ${#PIDS[@]} processes; none of them is listening"
+    fi
+    if ((rc)) && [[ -z "${WOOL_E2E_KEEP:-}" ]]; then
+        for f in "$TMP"/logs/*.log; do [[ -f "$f" ]] || continue; echo "--- tail of $f" >&2; tail -n 15 "$f" >&2; done
+    fi
+    [[ -n "${WOOL_E2E_KEEP:-}" ]] && say "kept $TMP" || rm -rf "$TMP"
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+mkdir -p "$TMP/logs"
+
+start() { # name command... : runs it in its own process group; stdout to logs/NAME.out, stderr to logs/NAME.log
+    local name="$1"; shift
+    setsid "$@" >"$TMP/logs/$name.out" 2>"$TMP/logs/$name.log" < /dev/null &
+    PIDS+=("$!")
+    NAMES+=("$name")
+    eval "PID_${name//-/_}=$!"
+}
+stop() { # name: SIGTERM to its group, then wait
+    local var="PID_${1//-/_}" pid
+    pid="${!var}"
+    kill -TERM -- "-$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
+    kill -KILL -- "-$pid" 2>/dev/null || true
+}
+free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+wait_for() { # seconds description command...
+    local limit=$1 what=$2; shift 2
+    local until=$((SECONDS + limit))
+    while ! "$@" >/dev/null 2>&1; do
+        if ((SECONDS >= until)); then say "timed out after ${limit}s waiting for $what"; return 1; fi
+        sleep 0.5
+    done
+}
+first_line() { # file: waits for a first line and prints it
+    for _ in $(seq 100); do [[ -s "$1" ]] && { head -1 "$1"; return 0; }; sleep 0.1; done
+    return 1
+}
+now() { date +%s.%N | cut -c1-14; }
+k() { "$BIN/kubectl" "$@"; }
+
+# --- the README's manifest blocks must be the files in deploy/
+check_readme() {
+    local f ok=0
+    while read -r f; do
+        local block
+        block="$(awk -v marker="<!-- manifest: $f " 'index($0, marker) == 1 {found=1; next}
+            found == 1 && /^```yaml$/ {found=2; next}
+            found == 2 && /^```$/ {exit} found == 2 {print}' README.md)"
+        if [[ "$block" != "$(cat "$f")" ]]; then
+            say "FAIL: README's block for $f differs from the file:"
+            diff <(echo "$block") "$f" >&2 || true
+            ok=1
+        fi
+    done < <(grep -o '<!-- manifest: [^ ]*' README.md | cut -d' ' -f3)
+    for f in deploy/*.yaml; do
+        grep -q "<!-- manifest: $f " README.md || { say "FAIL: $f is not shown in the README"; ok=1; }
+    done
+    return $ok
+}
+
+# --- certificates: one CA for the engine (API server front proxy, the operator's and adapter's
+# gRPC, the adapter's serving), one for wool-scaler's TLS
+certs() {
+    local d="$TMP/pki" ips="IP:127.0.0.1"
+    [[ -n "$AGG_IP" ]] && ips+=",IP:$AGG_IP"
+    mkdir -p "$d"
+    leaf() { # ca-stem name san
+        openssl req -newkey rsa:2048 -nodes -keyout "$d/$2.key" -subj "/CN=$2" -out "$d/$2.csr" 2>/dev/null
+        printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth,clientAuth\nbasicConstraints=CA:FALSE\n' "$3" > "$d/$2.ext"
+        openssl x509 -req -in "$d/$2.csr" -CA "$d/$1.crt" -CAkey "$d/$1.key" -CAcreateserial -days 2 \
+            -extfile "$d/$2.ext" -out "$d/$2.crt" 2>/dev/null
+    }
+    for ca in engine-ca scaler-ca; do
+        openssl req -x509 -newkey rsa:2048 -nodes -keyout "$d/$ca.key" -out "$d/$ca.crt" -days 2 \
+            -subj "/CN=$ca" -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
+    done
+    leaf engine-ca keda "DNS:localhost,DNS:keda-operator.keda.svc,DNS:keda-metrics-apiserver.keda.svc,$ips"
+    leaf engine-ca front-proxy "DNS:front-proxy"
+    leaf scaler-ca wool-scaler "DNS:localhost,DNS:wool-scaler.default.svc,IP:127.0.0.1"
+    leaf scaler-ca keda-to-scaler "DNS:keda-operator"
+    mkdir -p "$TMP/keda-certs"
+    cp "$d/engine-ca.crt" "$TMP/keda-certs/ca.crt"
+    cp "$d/keda.crt" "$TMP/keda-certs/tls.crt"
+    cp "$d/keda.key" "$TMP/keda-certs/tls.key"
+    openssl genrsa -out "$d/sa.key" 2048 2>/dev/null
+    openssl rsa -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null
+}
+
+control_plane() {
+    local etcd_port peer_port
+    etcd_port=$(free_port); peer_port=$(free_port)
+    start etcd "$BIN/etcd" --name e2e --data-dir "$TMP/etcd" \
+        --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+        --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
+        --initial-cluster "e2e=http://127.0.0.1:$peer_port" --listen-metrics-urls "http://127.0.0.1:$(free_port)"
+    TOKEN="$(openssl rand -hex 16)"
+    echo "$TOKEN,admin,admin,system:masters" > "$TMP/tokens.csv"
+    API_PORT=$(free_port)
+    local agg=()
+    agg=(--requestheader-client-ca-file="$TMP/pki/engine-ca.crt" --requestheader-allowed-names=front-proxy
+         --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group
+         --requestheader-extra-headers-prefix=X-Remote-Extra- --proxy-client-cert-file="$TMP/pki/front-proxy.crt"
+         --proxy-client-key-file="$TMP/pki/front-proxy.key" --enable-aggregator-routing=true)
+    start kube-apiserver "$BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$etcd_port" \
+        --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$API_PORT" \
+        --cert-dir="$TMP/apiserver-certs" --token-auth-file="$TMP/tokens.csv" --authorization-mode=RBAC \
+        --service-account-key-file="$TMP/pki/sa.pub" --service-account-signing-key-file="$TMP/pki/sa.key" \
+        --service-account-issuer=https://kubernetes.default.svc --service-cluster-ip-range=10.96.0.0/24 \
+        "${agg[@]}"
+    cat > "$KUBECONFIG" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: e2e, cluster: {server: "https://127.0.0.1:$API_PORT", insecure-skip-tls-verify: true}}]
+users: [{name: admin, user: {token: "$TOKEN"}}]
+contexts: [{name: e2e, context: {cluster: e2e, user: admin}}]
+current-context: e2e
+EOF
+    wait_for 60 "the API server's /readyz" k get --raw /readyz
+    say "API server ready on 127.0.0.1:$API_PORT"
+    k create namespace keda >/dev/null
+    k apply --server-side -f "$WOOL_E2E_ENGINE/crds/" >/dev/null
+    wait_for 60 "KEDA's CRDs" k get scaledobjects -A
+}
+
+keda_operator() {
+    start keda-operator env POD_NAMESPACE=keda KEDA_CLUSTER_OBJECT_NAMESPACE=keda OPERATOR_NAME=keda-operator \
+        WATCH_NAMESPACE="" "$BIN/keda-operator" --kubeconfig "$KUBECONFIG" --cert-dir "$TMP/keda-certs" \
+        --metrics-bind-address "127.0.0.1:$(free_port)" --health-probe-bind-address "127.0.0.1:$(free_port)" \
+        --metrics-service-bind-address "127.0.0.1:$KEDA_GRPC_PORT" --enable-webhook-patching=false \
+        --enable-apiservice-patching=false --zap-log-level=info
+    wait_for 90 "KEDA's operator" grep -q 'Starting workers' "$TMP/logs/keda-operator.log" "$TMP/logs/keda-operator.out"
+    say "KEDA operator running (metrics service 127.0.0.1:$KEDA_GRPC_PORT)"
+}
+
+# The HPA half: KEDA's metrics adapter as the external.metrics.k8s.io APIService (on the veth
+# address: Endpoints may not be loopback) and kube-controller-manager's HPA controller.
+hpa_parts() {
+    local port
+    port=$(free_port)
+    start keda-adapter env POD_NAMESPACE=keda KEDA_CLUSTER_OBJECT_NAMESPACE=keda WATCH_NAMESPACE="" \
+        "$BIN/keda-adapter" --kubeconfig "$KUBECONFIG" --lister-kubeconfig "$KUBECONFIG" \
+        --authentication-kubeconfig "$KUBECONFIG" --authorization-kubeconfig "$KUBECONFIG" \
+        --secure-port "$port" --bind-address "$AGG_IP" --cert-dir "$TMP/keda-certs" \
+        --tls-cert-file "$TMP/keda-certs/tls.crt" --tls-private-key-file "$TMP/keda-certs/tls.key" \
+        --metrics-service-address "127.0.0.1:$KEDA_GRPC_PORT" --port "$(free_port)" --profiling-bind-address "" \
+        --metrics-service-grpc-authority localhost
+    k apply --server-side -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Service
+metadata: {name: keda-metrics-apiserver, namespace: keda}
+spec: {ports: [{name: https, port: 443, targetPort: $port}]}
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {name: keda-metrics-apiserver, namespace: keda}
+subsets: [{addresses: [{ip: "$AGG_IP"}], ports: [{name: https, port: $port}]}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: keda-metrics-apiserver-1, namespace: keda, labels: {kubernetes.io/service-name: keda-metrics-apiserver}}
+addressType: IPv4
+endpoints: [{addresses: ["$AGG_IP"], conditions: {ready: true}}]
+ports: [{name: https, port: $port}]
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {name: v1beta1.external.metrics.k8s.io}
+spec:
+  service: {name: keda-metrics-apiserver, namespace: keda, port: 443}
+  group: external.metrics.k8s.io
+  version: v1beta1
+  caBundle: $(base64 -w0 "$TMP/pki/engine-ca.crt")
+  groupPriorityMinimum: 100
+  versionPriority: 100
+EOF
+    if ! wait_for 90 "the external-metrics APIService Available" \
+        sh -c "'$BIN/kubectl' get apiservice v1beta1.external.metrics.k8s.io -o jsonpath='{.status.conditions[?(@.type==\"Available\")].status}' | grep -qx True"; then
+        k get apiservice v1beta1.external.metrics.k8s.io -o jsonpath='{.status.conditions}' >&2; echo >&2
+        return 1
+    fi
+    say "KEDA metrics adapter on $AGG_IP:$port, APIService v1beta1.external.metrics.k8s.io Available"
+    start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$KUBECONFIG" \
+        --authentication-kubeconfig "$KUBECONFIG" --authorization-kubeconfig "$KUBECONFIG" \
+        --bind-address 127.0.0.1 --secure-port "$(free_port)" --leader-elect=false \
+        --controllers horizontal-pod-autoscaler-controller --horizontal-pod-autoscaler-sync-period 2s \
+        --cert-dir "$TMP/kcm-certs"
+    wait_for 60 "kube-controller-manager" grep -q 'Starting HPA controller' "$TMP/logs/kube-controller-manager.log" "$TMP/logs/kube-controller-manager.out"
+}
+
+# --- fleets
+WORKERS=()
+workers() { # n: starts n more wool-workers, appends their addresses to WORKERS
+    local i n=$1
+    for ((i = 0; i < n; i++)); do
+        local name="worker-${#WORKERS[@]}"
+        start "$name" "$WORKER" --listen 127.0.0.1:0
+        WORKERS+=("$(first_line "$TMP/logs/$name.out")")
+    done
+}
+scaler() { # name extra-args...: a wool-scaler on a free port; sets SCALER_ADDR_<name>, SCALER_METRICS_<name>
+    local name=$1; shift
+    local port mport
+    port=$(free_port); mport=$(free_port)
+    start "scaler-$name" "$SCALER_BIN" --listen "127.0.0.1:$port" --metrics-listen "127.0.0.1:$mport" --log-level info "$@"
+    wait_for 20 "wool-scaler $name" curl -sf "http://127.0.0.1:$mport/metrics"
+    eval "SCALER_ADDR_$name=127.0.0.1:$port SCALER_METRICS_$name=127.0.0.1:$mport"
+}
+
+# --- one case's objects, from the files in deploy/
+apply_case() { # ns name scaledobject-merge-patch (JSON)
+    local ns=$1 name=$2 patch=$3
+    k get namespace "$ns" >/dev/null 2>&1 || k create namespace "$ns" >/dev/null
+    # The workers' Deployment as the README shows it, at replicas 0 (KEDA scales from there).
+    k patch --local -f deploy/wool-workers.yaml --type merge -o yaml \
+        -p "{\"metadata\":{\"name\":\"$name\"},\"spec\":{\"replicas\":0}}" | k apply --server-side -n "$ns" -f - >/dev/null
+    k patch --local -f deploy/scaledobject.yaml --type merge -o yaml \
+        -p "{\"metadata\":{\"name\":\"$name\"},\"spec\":{\"scaleTargetRef\":{\"name\":\"$name\"}}}" |
+        k patch --local -f - --type merge -o yaml -p "$patch" | k apply --server-side -n "$ns" -f - >/dev/null
+}
+replicas() { k get deployment "$2" -n "$1" -o jsonpath='{.spec.replicas}'; }
+ready_status() { k get scaledobject "$2" -n "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'; }
+
+# The timeline: every second, spec.replicas and what the scaler last answered for this
+# ScaledObject (wool_scaler_active, wool_scaler_busy_workers) with its call counters.
+sampler_start() { # ns name metrics-addr
+    local ns=$1 name=$2 maddr=$3 file="$TMP/timeline-$2"
+    : > "$file"
+    (
+        set +e +o pipefail
+        while :; do
+            r="$(replicas "$ns" "$name" 2>/dev/null || echo '?')"
+            m="$(curl -sf "http://$maddr/metrics" 2>/dev/null || true)"
+            active="$(grep "^wool_scaler_active{scaledobject=\"$ns/$name\"" <<<"$m" | awk '{print $NF}' | head -1)"
+            busy="$(grep "^wool_scaler_busy_workers{scaledobject=\"$ns/$name\"" <<<"$m" | awk '{print $NF}' | head -1)"
+            calls="$(grep '^wool_scaler_calls_total{' <<<"$m" | sed -E 's/wool_scaler_calls_total\{rpc="([A-Za-z]+)",answer="([a-z]+)"\} /\1.\2=/' | tr '\n' ' ')"
+            echo "$(now) replicas=${r:-?} active=${active:--} metric=${busy:--} ${calls}"
+            sleep 1
+        done
+    ) >> "$file" 2>/dev/null &
+    SAMPLER=$!
+}
+sampler_stop() { kill "$SAMPLER" 2>/dev/null || true; wait "$SAMPLER" 2>/dev/null || true; }
+mark() { echo "$(now) --- $*" >> "$TMP/timeline-$1"; }
+print_timeline() { # name t0
+    local t0=$2
+    echo "    timeline of $1 (s from the case's start; replicas = Deployment spec.replicas; active/metric = wool-scaler's last IsActive and metric for it):"
+    awk -v t0="$t0" '{ t = $1 - t0; $1 = ""; printf "    %7.1f %s\n", t, $0 }' "$TMP/timeline-$1" |
+        awk '{ key = $0; sub(/^ *[0-9.-]+ /, "", key); gsub(/[A-Za-z]+\.[a-z]+=[0-9]+/, "", key); if (key != last || /---/) print; last = key }'
+}
+first_time() { # name awk-condition-on-replicas after-time: first sample time with replicas matching
+    awk -v after="$3" "\$1 >= after && \$2 ~ /^replicas=/ { split(\$2, a, \"=\"); r = a[2]; if (r ~ /^[0-9]+\$/ && ($2)) { print \$1; exit } }" "$TMP/timeline-$1"
+}
+any_between() { # name condition from to: is there a sample in [from, to] whose replicas match
+    awk -v from="$3" -v to="$4" "\$1 >= from && \$1 <= to && \$2 ~ /^replicas=/ { split(\$2, a, \"=\"); r = a[2]; if (r ~ /^[0-9]+\$/ && ($2)) { found = 1 } } END { exit !found }" "$TMP/timeline-$1"
+}
+max_between() {
+    awk -v from="$2" -v to="$3" '$1 >= from && $1 <= to && $2 ~ /^replicas=/ { split($2, a, "="); if (a[2] + 0 > m) m = a[2] + 0 } END { print m + 0 }' "$TMP/timeline-$1"
+}
+check() { # case description condition-command...
+    local c=$1 what=$2; shift 2
+    if "$@"; then echo "    ok: $what"; else echo "    FAILED: $what"; FAILS+=("$c: $what"); fi
+}
+fgt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }   # float a > b
+fle() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
+wait_replicas() { # ns name condition limit: waits until replicas match (r is the count)
+    local until=$((SECONDS + $4)) r
+    while ((SECONDS < until)); do
+        r="$(replicas "$1" "$2" 2>/dev/null || echo -1)"
+        awk -v r="$r" "BEGIN { exit !($3) }" && return 0
+        sleep 0.5
+    done
+    return 1
+}
+
+IDLE=3 POLL=2 COOL=6
+# Activation and scale to zero through an `external` trigger polling IsActive: two wool-workers
+# listed as targets, a 12-second task on one.
+case_activation() {
+    local ns=e2e name=activation
+    echo "== activation and scale to zero (external trigger, targets, idleThreshold ${IDLE}s, pollingInterval $POLL, cooldownPeriod $COOL)"
+    workers 2
+    local targets="${WORKERS[0]},${WORKERS[1]}"
+    sleep $((IDLE + 1))   # a just-started worker counts as busy for idleThreshold
+    local t0; t0=$(now)
+    sampler_start "$ns" "$name" "$SCALER_METRICS_plain"
+    apply_case "$ns" "$name" "{\"spec\":{\"pollingInterval\":$POLL,\"cooldownPeriod\":$COOL,\"triggers\":[{\"type\":\"external\",\"metadata\":{\"scalerAddress\":\"$SCALER_ADDR_plain\",\"targets\":\"$targets\",\"idleThreshold\":\"${IDLE}s\",\"maxSweepAge\":\"1s\"}}]}}"
+    mark "$name" "ScaledObject applied (workers idle)"
+    wait_for 30 "the ScaledObject Ready" sh -c "[ \"\$('$BIN/kubectl' get scaledobject $name -n $ns -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}')\" = True ]" || true
+    sleep $((3 * POLL + 1))
+    local t_work; t_work=$(now)
+    mark "$name" "dispatch: 1 task of 12 s on ${WORKERS[0]}"
+    "$BURST" "${WORKERS[0]}" 1 12 > "$TMP/logs/burst-$name.log" 2>&1
+    local t_end; t_end=$(now)
+    mark "$name" "task ended"
+    wait_replicas "$ns" "$name" 'r == 0' $((IDLE + COOL + 10 * POLL + 20)) || true
+    sleep 2
+    sampler_stop
+    local t_up t_down
+    t_up="$(first_time "$name" 'r > 0' "$t0")"
+    t_down="$(first_time "$name" 'r == 0' "$t_end")"
+    print_timeline "$name" "$t0"
+    check activation "ScaledObject Ready" test "$(ready_status "$ns" "$name")" = True
+    check activation "replicas stay 0 before work arrives" test -n "$t_up"
+    [[ -n "$t_up" ]] && check activation "replicas leave 0 after the dispatch ($(awk -v a="$t_up" -v b="$t_work" 'BEGIN{printf "%.1f", a-b}') s after it)" fgt "$t_up" "$t_work"
+    [[ -n "$t_up" ]] && check activation "and while the task is in flight (before its end)" fle "$t_up" "$t_end"
+    check activation "scaled back to 0 after the task's end" test -n "$t_down"
+    if [[ -n "$t_down" ]]; then
+        local d; d=$(awk -v a="$t_down" -v b="$t_end" 'BEGIN{printf "%.1f", a-b}')
+        check activation "replicas stay above 0 until task end + idleThreshold (0 at +$d s)" fgt "$d" "$IDLE"
+        check activation "0 within idleThreshold + cooldownPeriod + 6 polling intervals + 3 s of the end (+$d s)" \
+            fle "$d" $((IDLE + COOL + 6 * POLL + 3))
+        RESULTS+=("activation: 0->1 $(awk -v a="$t_up" -v b="$t_work" 'BEGIN{printf "%.1f", a-b}') s after dispatch; 1->0 $d s after the task ended")
+    fi
+}
+
+# A real Wool 0.15.7 pool of two found by its discovery namespace, running one 12-second task.
+case_pool() {
+    local ns=e2e name=pool pool_ns="wool-e2e-$$"
+    echo "== a real Wool 0.15.7 pool found by namespace (external trigger, namespace: $pool_ns)"
+    local t0; t0=$(now)
+    sampler_start "$ns" "$name" "$SCALER_METRICS_plain"
+    apply_case "$ns" "$name" "{\"spec\":{\"pollingInterval\":$POLL,\"cooldownPeriod\":$COOL,\"triggers\":[{\"type\":\"external\",\"metadata\":{\"scalerAddress\":\"$SCALER_ADDR_plain\",\"namespace\":\"$pool_ns\",\"idleThreshold\":\"${IDLE}s\",\"maxSweepAge\":\"1s\"}}]}}"
+    mark "$name" "ScaledObject applied (no pool yet: a fleet of none)"
+    sleep $((3 * POLL + 2))
+    local t_work; t_work=$(now)
+    mark "$name" "pool started: 2 workers, 1 task of 12 s dispatched through it"
+    start wool-pool "$PY" tests/interop/wool_pool.py pool "$pool_ns" --spawn 2 --busy 12 --busy-count 1
+    wait_for 60 "the pool's task to end" grep -q '^busy-done' "$TMP/logs/wool-pool.out" || true
+    local t_end; t_end=$(now)
+    mark "$name" "pool's task ended ($(grep -c . "$TMP/logs/wool-pool.out") pool lines: $(tr '\n' ' ' < "$TMP/logs/wool-pool.out" | cut -c1-80))"
+    wait_replicas "$ns" "$name" 'r == 0' $((IDLE + COOL + 10 * POLL + 20)) || true
+    sleep 2
+    sampler_stop
+    stop wool-pool
+    local t_up t_down
+    t_up="$(first_time "$name" 'r > 0' "$t0")"
+    t_down="$(first_time "$name" 'r == 0' "$t_end")"
+    print_timeline "$name" "$t0"
+    check pool "the pool's task ran" grep -q '^busy-done' "$TMP/logs/wool-pool.out"
+    check pool "replicas stay 0 before the pool exists" test -n "$t_up"
+    [[ -n "$t_up" ]] && check pool "replicas leave 0 once the pool works" fgt "$t_up" "$t_work"
+    [[ -n "$t_up" ]] && check pool "and before its task ends" fle "$t_up" "$t_end"
+    if [[ -n "$t_down" ]]; then
+        local d; d=$(awk -v a="$t_down" -v b="$t_end" 'BEGIN{printf "%.1f", a-b}')
+        check pool "replicas stay above 0 until task end + idleThreshold (0 at +$d s)" fgt "$d" "$IDLE"
+        check pool "0 within idleThreshold + cooldownPeriod + 6 polling intervals + 3 s (+$d s)" fle "$d" $((IDLE + COOL + 6 * POLL + 3))
+        RESULTS+=("pool: 0->1 $(awk -v a="$t_up" -v b="$t_work" 'BEGIN{printf "%.1f", a-b}') s after the pool started working; 1->0 $d s after its task ended")
+    else
+        check pool "scaled back to 0 after the task's end" false
+    fi
+}
+
+# StreamIsActive: an `external-push` trigger with a 300 s pollingInterval: activation must come
+# from the stream, long before the next poll.
+case_stream() {
+    local ns=e2e name=stream
+    echo "== StreamIsActive (external-push, pollingInterval 300)"
+    workers 1
+    local w="${WORKERS[-1]}"
+    sleep $((IDLE + 1))
+    local t0; t0=$(now)
+    sampler_start "$ns" "$name" "$SCALER_METRICS_plain"
+    apply_case "$ns" "$name" "{\"spec\":{\"pollingInterval\":300,\"cooldownPeriod\":$COOL,\"triggers\":[{\"type\":\"external-push\",\"metadata\":{\"scalerAddress\":\"$SCALER_ADDR_plain\",\"targets\":\"$w\",\"idleThreshold\":\"${IDLE}s\",\"maxSweepAge\":\"1s\"}}]}}"
+    mark "$name" "ScaledObject applied"
+    wait_for 30 "the ScaledObject Ready" sh -c "[ \"\$('$BIN/kubectl' get scaledobject $name -n $ns -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}')\" = True ]" || true
+    sleep 6
+    local t_work; t_work=$(now)
+    mark "$name" "dispatch: 1 task of 15 s"
+    "$BURST" "$w" 1 15 > "$TMP/logs/burst-$name.log" 2>&1 &
+    local burst=$!
+    wait_replicas "$ns" "$name" 'r > 0' 30 || true
+    wait "$burst" || true
+    local t_end; t_end=$(now)
+    mark "$name" "task ended"
+    sleep $((IDLE + COOL + 3 * POLL))
+    sampler_stop
+    local t_up; t_up="$(first_time "$name" 'r > 0' "$t0")"
+    print_timeline "$name" "$t0"
+    check stream "replicas stay 0 before work" test -n "$t_up"
+    if [[ -n "$t_up" ]]; then
+        local d; d=$(awk -v a="$t_up" -v b="$t_work" 'BEGIN{printf "%.1f", a-b}')
+        check stream "replicas leave 0 after the dispatch" fgt "$t_up" "$t_work"
+        check stream "within 20 s of it, long before the next poll (300 s): from the stream (+$d s)" fle "$d" 20
+        local r_late; r_late=$(replicas "$ns" "$name")
+        check stream "KEDA ignores the stream's inactive answer: still $r_late replica(s) idleThreshold + cooldownPeriod + 6 s after the end (scale to zero waits for a poll)" test "$r_late" -gt 0
+        RESULTS+=("stream: 0->1 $d s after dispatch with pollingInterval 300; replicas $(replicas "$ns" "$name") $(awk -v a="$(now)" -v b="$t_end" 'BEGIN{printf "%.0f", a-b}') s after the end (scale-down waits for the next poll)")
+    fi
+    k delete scaledobject "$name" -n "$ns" --wait=false >/dev/null
+}
+
+# TLS from KEDA to wool-scaler: the scaler serves mutual TLS; KEDA takes caCert, tlsClientCert and
+# tlsClientKey from Secrets through the TriggerAuthentication of deploy/scaler-tls.yaml.
+case_tls() {
+    local ns=e2e name=tls
+    echo "== TLS from KEDA to the scaler (mutual; deploy/scaler-tls.yaml's TriggerAuthentication)"
+    k create secret generic wool-scaler-serving-tls -n "$ns" --from-file=ca.crt="$TMP/pki/scaler-ca.crt" >/dev/null
+    k create secret tls keda-to-scaler-tls -n "$ns" --cert="$TMP/pki/keda-to-scaler.crt" --key="$TMP/pki/keda-to-scaler.key" >/dev/null
+    k apply --server-side -n "$ns" -f deploy/scaler-tls.yaml >/dev/null
+    workers 1
+    local w="${WORKERS[-1]}"
+    sleep $((IDLE + 1))
+    local t0; t0=$(now)
+    sampler_start "$ns" "$name" "$SCALER_METRICS_tls"
+    apply_case "$ns" "$name" "{\"spec\":{\"pollingInterval\":$POLL,\"cooldownPeriod\":$COOL,\"triggers\":[{\"type\":\"external\",\"authenticationRef\":{\"name\":\"wool-scaler-tls\"},\"metadata\":{\"scalerAddress\":\"$SCALER_ADDR_tls\",\"enableTLS\":\"true\",\"targets\":\"$w\",\"idleThreshold\":\"${IDLE}s\",\"maxSweepAge\":\"1s\"}}]}}"
+    # the same ScaledObject without the TriggerAuthentication: the scaler must refuse KEDA
+    apply_case "$ns" "$name-noauth" "{\"spec\":{\"pollingInterval\":$POLL,\"cooldownPeriod\":$COOL,\"triggers\":[{\"type\":\"external\",\"metadata\":{\"scalerAddress\":\"$SCALER_ADDR_tls\",\"enableTLS\":\"true\",\"targets\":\"$w\",\"idleThreshold\":\"${IDLE}s\"}}]}}"
+    mark "$name" "ScaledObjects applied (with and without the TriggerAuthentication)"
+    wait_for 30 "the ScaledObject Ready" sh -c "[ \"\$('$BIN/kubectl' get scaledobject $name -n $ns -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}')\" = True ]" || true
+    sleep $((2 * POLL))
+    local t_work; t_work=$(now)
+    mark "$name" "dispatch: 1 task of 10 s"
+    "$BURST" "$w" 1 10 > "$TMP/logs/burst-$name.log" 2>&1
+    local t_end; t_end=$(now)
+    mark "$name" "task ended"
+    wait_replicas "$ns" "$name" 'r == 0' $((IDLE + COOL + 10 * POLL + 20)) || true
+    sleep 2
+    sampler_stop
+    local t_up t_down
+    t_up="$(first_time "$name" 'r > 0' "$t0")"
+    t_down="$(first_time "$name" 'r == 0' "$t_end")"
+    print_timeline "$name" "$t0"
+    check tls "ScaledObject Ready over mutual TLS" test "$(ready_status "$ns" "$name")" = True
+    [[ -n "$t_up" ]] && check tls "replicas leave 0 during the task" sh -c "awk 'BEGIN{exit !($t_up > $t_work && $t_up <= $t_end)}'" ||
+        check tls "replicas leave 0 during the task" false
+    check tls "and return to 0 after it" test -n "$t_down"
+    check tls "without the TriggerAuthentication the ScaledObject is not Ready (the scaler refuses KEDA)" \
+        test "$(ready_status "$ns" "$name-noauth")" != True
+    check tls "and its Deployment stays at 0" test "$(replicas "$ns" "$name-noauth")" = 0
+    RESULTS+=("tls: Ready=$(ready_status "$ns" "$name") with the TriggerAuthentication, Ready=$(ready_status "$ns" "$name-noauth") without; 0->1->0 through mutual TLS")
+    k delete scaledobject "$name-noauth" -n "$ns" --wait=false >/dev/null
+}
+
+# The scaler unreachable: KEDA keeps the replica count (no fallback: Ready False); with a
+# fallback, the HPA is given fallback.replicas once failureThreshold is passed.
+case_unreachable() {
+    local ns=e2e name=unreachable fallback="${1:-}"
+    echo "== the scaler unreachable (while its fleet is busy)${fallback:+, with fallback: failureThreshold 2, replicas 3}"
+    scaler down
+    workers 1
+    local w="${WORKERS[-1]}"
+    local t0; t0=$(now)
+    sampler_start "$ns" "$name" "$SCALER_METRICS_down"
+    local fb=""
+    [[ -n "$fallback" ]] && fb="\"fallback\":{\"failureThreshold\":2,\"replicas\":3},"
+    apply_case "$ns" "$name" "{\"spec\":{$fb\"pollingInterval\":$POLL,\"cooldownPeriod\":$COOL,\"maxReplicaCount\":5,\"triggers\":[{\"type\":\"external\",\"metricType\":\"AverageValue\",\"metadata\":{\"scalerAddress\":\"$SCALER_ADDR_down\",\"targets\":\"$w\",\"idleThreshold\":\"30s\",\"maxSweepAge\":\"1s\"}}]}}"
+    mark "$name" "ScaledObject applied (the worker just started: busy for 30 s)"
+    wait_replicas "$ns" "$name" 'r > 0' 30 || true
+    local r_before; r_before=$(replicas "$ns" "$name")
+    sleep 2
+    local t_kill; t_kill=$(now)
+    mark "$name" "wool-scaler stopped"
+    stop scaler-down
+    sleep $(( IDLE + COOL + 6 * POLL ))
+    local r_after ready; r_after=$(replicas "$ns" "$name"); ready=$(ready_status "$ns" "$name")
+    local fbcond; fbcond=$(k get scaledobject "$name" -n "$ns" -o jsonpath='{.status.conditions[?(@.type=="Fallback")].status}')
+    mark "$name" "Ready=$ready Fallback=${fbcond:-none} replicas=$r_after"
+    sampler_stop
+    print_timeline "$name" "$t0"
+    check unreachable "replicas left 0 while the scaler answered (busy)" test "${r_before:-0}" -gt 0
+    if [[ -z "$fallback" ]]; then
+        check unreachable "with the scaler gone (longer than cooldownPeriod) KEDA keeps the count ($r_before -> $r_after)" test "$r_after" = "$r_before"
+        check unreachable "and the ScaledObject is not Ready" test "$ready" != True
+    else
+        check unreachable "with a fallback the HPA gets fallback.replicas: 3 (replicas $r_after)" test "$r_after" = 3
+        check unreachable "the Fallback condition is True" test "$fbcond" = True
+    fi
+    RESULTS+=("unreachable${fallback:+ (fallback)}: replicas $r_before -> $r_after over $(( IDLE + COOL + 6 * POLL )) s without the scaler; Ready=$ready Fallback=${fbcond:-none}")
+    k delete scaledobject "$name" -n "$ns" --wait=false >/dev/null
+    k delete deployment "$name" -n "$ns" --wait=false >/dev/null
+    sleep 2
+}
+
+# The HPA half: 4 workers listed, targetValue 1; three of them busy at once: KEDA activates
+# (0 -> 1), the HPA follows the busy-worker metric above 1, and back down; then KEDA to 0.
+case_hpa() {
+    local ns=e2e name=hpa
+    echo "== the HPA half (kube-controller-manager's HPA controller + KEDA's metrics adapter)"
+    workers 4
+    local n=${#WORKERS[@]}
+    local a=${WORKERS[n-4]} b=${WORKERS[n-3]} c=${WORKERS[n-2]} d=${WORKERS[n-1]}
+    sleep $((IDLE + 1))
+    local t0; t0=$(now)
+    sampler_start "$ns" "$name" "$SCALER_METRICS_plain"
+    apply_case "$ns" "$name" "{\"spec\":{\"pollingInterval\":$POLL,\"cooldownPeriod\":$COOL,\"maxReplicaCount\":4,\"advanced\":{\"horizontalPodAutoscalerConfig\":{\"behavior\":{\"scaleDown\":{\"stabilizationWindowSeconds\":0},\"scaleUp\":{\"stabilizationWindowSeconds\":0}}}},\"triggers\":[{\"type\":\"external\",\"metadata\":{\"scalerAddress\":\"$SCALER_ADDR_plain\",\"targets\":\"$a,$b,$c,$d\",\"idleThreshold\":\"${IDLE}s\",\"maxSweepAge\":\"1s\",\"targetValue\":\"1\"}}]}}"
+    mark "$name" "ScaledObject applied (4 workers idle, targetValue 1)"
+    sleep $((3 * POLL))
+    local t_work; t_work=$(now)
+    mark "$name" "dispatch: 3 tasks of 30 s, one on each of 3 workers"
+    local bursts=()
+    for w in "$a" "$b" "$c"; do "$BURST" "$w" 1 30 >> "$TMP/logs/burst-$name.log" 2>&1 & bursts+=($!); done
+    wait "${bursts[@]}" || true
+    local t_end; t_end=$(now)
+    mark "$name" "tasks ended"
+    wait_replicas "$ns" "$name" 'r == 0' $((IDLE + COOL + 15 * POLL + 40)) || true
+    sleep 2
+    sampler_stop
+    local peak t_down
+    peak="$(max_between "$name" "$t_work" "$t_end")"
+    t_down="$(first_time "$name" 'r == 0' "$t_end")"
+    print_timeline "$name" "$t0"
+    local hpa; hpa="$(k get hpa -n "$ns" -o jsonpath='{range .items[*]}{.metadata.name} current={.status.currentMetrics[0].external.current.averageValue} desired={.status.desiredReplicas}{"\n"}{end}' 2>/dev/null || true)"
+    echo "    HPAs: $hpa"
+    check hpa "the HPA follows the busy-worker metric above 1 while 3 workers are busy (peak $peak)" test "$peak" -ge 2
+    check hpa "and back: 0 after the tasks end" test -n "$t_down"
+    RESULTS+=("hpa: peak $peak replicas with 3 busy workers (targetValue 1); back to 0 $( [[ -n "$t_down" ]] && awk -v a="$t_down" -v b="$t_end" 'BEGIN{printf "%.1f", a-b}') s after the end")
+}
+
+# Every manifest the README shows, applied as it stands (server-side, not a dry run); the
+# NetworkPolicies are accepted by the API server (no CNI here: nothing enforces them).
+case_manifests() {
+    echo "== the README's manifests (deploy/), applied server-side as they stand"
+    k create namespace docs >/dev/null
+    k create namespace keda-docs >/dev/null 2>&1 || true
+    local f out ok=0
+    for f in deploy/wool-workers.yaml deploy/scaler-tls.yaml deploy/wool-scaler.yaml deploy/network-policies.yaml deploy/scaledobject.yaml; do
+        if out="$(k apply --server-side -n docs -f "$f" 2>&1)"; then
+            echo "    $f: $(tr '\n' ';' <<<"$out")"
+        else
+            echo "    $f: REFUSED: $out"; ok=1
+        fi
+    done
+    check manifests "every deploy/ manifest accepted" test $ok = 0
+    check manifests "both NetworkPolicies stored (API server acceptance only: no CNI enforces them here)" \
+        test "$(k get networkpolicy -n docs -o name | wc -l)" = 2
+    local sel; sel="$(k get networkpolicy -n docs wool-scaler -o jsonpath='{.spec.ingress[0].from[0].podSelector.matchLabels.app}')"
+    check manifests "the scaler's policy lets only KEDA's operator reach 9090, as written (podSelector app=$sel)" test "$sel" = keda-operator
+    # the docs' ScaledObject: paused right away (its scaler address is the cluster's, not here)
+    k annotate scaledobject -n docs wool-workers autoscaling.keda.sh/paused=true >/dev/null || true
+}
+
+# ----------------------------------------------------------------------------- run
+CASES="${E2E_CASES:-activation pool stream tls unreachable hpa manifests}"
+check_readme || FAILS+=("readme: a manifest block differs from its file in deploy/")
+say "temp dir $TMP"
+certs
+control_plane
+KEDA_GRPC_PORT=$(free_port)
+keda_operator
+scaler plain
+scaler tls --tls-ca "$TMP/pki/scaler-ca.crt" --tls-cert "$TMP/pki/wool-scaler.crt" --tls-key "$TMP/pki/wool-scaler.key"
+HPA_OK=""
+HPA_WHY="no network namespace (needs root and iproute2): the adapter's Endpoints cannot be loopback"
+if [[ -n "$AGG_IP" && " $CASES " =~ " hpa " ]]; then
+    if hpa_parts; then HPA_OK=1; else HPA_WHY="the metrics adapter's APIService never became Available (logs above)"; fi
+fi
+for c in $CASES; do
+    case $c in
+        activation) case_activation ;;
+        pool) case_pool ;;
+        stream) case_stream ;;
+        tls) case_tls ;;
+        unreachable) case_unreachable; [[ -n "$HPA_OK" ]] && case_unreachable fallback ;;
+        hpa) if [[ -n "$HPA_OK" ]]; then case_hpa; else echo "== the HPA half: NOT RUN: $HPA_WHY"; RESULTS+=("hpa: not run: $HPA_WHY"); fi ;;
+        manifests) case_manifests ;;
+        *) say "unknown case $c"; FAILS+=("unknown case $c") ;;
+    esac
+done
+echo
+echo "== summary"
+for r in "${RESULTS[@]}"; do echo "    $r"; done
+if ((${#FAILS[@]})); then
+    echo "failed checks:"; for f in "${FAILS[@]}"; do echo "    $f"; done
+    exit 1
+fi
+echo "every check passed"
