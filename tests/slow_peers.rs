@@ -114,6 +114,61 @@ async fn a_mutual_tls_poll_is_served_while_500_silent_connections_are_open() {
     assert_eq!(closed, 5, "one-byte connections left open");
 }
 
+/// A mutual-TLS connection to `address` (rustls, presenting `pki`'s leaf), its handshake done
+/// and nothing sent since.
+async fn tls_handshaken(address: &str, pki: &Pki) -> tokio_rustls::client::TlsStream<TcpStream> {
+    use common::hostile::{pem_cert, pem_key};
+    use tokio_rustls::rustls;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(pem_cert(&pki.ca_pem)).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_client_auth_cert(
+        vec![pem_cert(&pki.leaf.cert_pem)],
+        pem_key(&pki.leaf.key_pem),
+    )
+    .unwrap();
+    let mut config = config;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let socket = TcpStream::connect(address).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    connector.connect(name, socket).await.unwrap()
+}
+
+// Given a mutual-TLS worker, when a client has done its TLS handshake and sends nothing, then
+// the worker's HTTP/2 SETTINGS reach it at once (a client may wait for them before its
+// preface: ours does, to tell a refused certificate from a worker that hung up), and the
+// connection is closed at the preface deadline when no preface follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_tls_handshake_the_worker_speaks_first_and_keeps_the_preface_deadline() {
+    let pki = Pki::generate();
+    let worker = WorkerProcess::spawn(&pki.mutual_args());
+    let mut stream = tls_handshaken(&worker.address, &pki).await;
+    let mut first = [0u8; 9];
+    let read = tokio::time::timeout(Duration::from_secs(2), stream.read_exact(&mut first)).await;
+    assert!(
+        matches!(read, Ok(Ok(_))),
+        "no bytes from the worker before the client's preface: {read:?}"
+    );
+    assert_eq!(first[3], 0x4, "the first frame is SETTINGS: {first:?}");
+    let started = Instant::now();
+    let mut sink = [0u8; 256];
+    let end = async { while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {} };
+    let closed = tokio::time::timeout(Duration::from_secs(9), end)
+        .await
+        .is_ok();
+    println!(
+        "TLS connection without a preface: closed {closed} after {:?}",
+        started.elapsed()
+    );
+    assert!(closed, "a TLS connection sending no preface was kept");
+}
+
 // Given a plaintext worker holding 500 silent TCP connections, when a caller polls it, then
 // the poll is served, and every silent connection is closed within the HTTP/2 preface
 // deadline (plus a margin).

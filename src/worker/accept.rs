@@ -8,7 +8,9 @@
 //! - then *opens* in a task of its own: its TLS handshake when the server has one (the
 //!   ClientHello must start within [`FIRST_BYTES_TIMEOUT`], the whole handshake end within
 //!   [`HANDSHAKE_TIMEOUT`]), then the 24-byte HTTP/2 client preface, which must arrive within
-//!   [`PREFACE_TIMEOUT`] and be exact;
+//!   [`PREFACE_TIMEOUT`] and be exact (in plaintext it is read here first; after a TLS
+//!   handshake the HTTP/2 server takes the connection at once and sends its SETTINGS, as a
+//!   TLS client may wait for them, and reads the preface under the same deadline);
 //! - while opening, takes one of [`OPENING_PER_PEER`] slots of its peer's address (an IPv4
 //!   address, or an IPv6 /64) and one of [`OPENING_AT_ONCE`] for the server.
 //!
@@ -23,8 +25,8 @@
 //! their opening carry dispatches and are never displaced: a new connection finding the cap
 //! taken by established ones only is closed at once.
 //!
-//! Only then is the connection handed to the HTTP/2 server (tonic's `serve_with_incoming`),
-//! its preface replayed. An error from `accept` (EMFILE, say) pauses accepting for
+//! Only then is a plaintext connection handed to the HTTP/2 server (tonic's
+//! `serve_with_incoming`), its preface replayed. An error from `accept` (EMFILE, say) pauses accepting for
 //! [`ACCEPT_ERROR_PAUSE`], logged once per burst of errors, not once per error.
 
 use std::collections::HashMap;
@@ -225,6 +227,14 @@ pub(crate) trait Opening<IO>: Send + Sync + 'static {
 
     /// Opens `io`; an error drops the connection (logged at debug level).
     fn open(&self, io: IO) -> impl Future<Output = io::Result<Self::Output>> + Send;
+
+    /// Whether the HTTP/2 server takes the connection as soon as it is opened, so that its
+    /// SETTINGS leave at once, the client's preface then read (within [`PREFACE_TIMEOUT`],
+    /// the connection still counted as opening until it has come) by the HTTP/2 server itself.
+    /// So it is after a TLS handshake: a TLS client (ours, to tell a refused client
+    /// certificate from a worker that hung up) may wait for the server's first bytes before it
+    /// sends its preface. Otherwise the preface is read and checked first.
+    const SERVER_SPEAKS_FIRST: bool = false;
 }
 
 /// Plaintext: nothing to do before HTTP/2.
@@ -566,6 +576,9 @@ where
                     )),
                 };
                 match opened {
+                    Ok(io) if O::SERVER_SPEAKS_FIRST => {
+                        let _ = ready.send(Ok(Admitted::before_preface(io, slot))).await;
+                    }
                     Ok(io) if slot.establish() => {
                         let _ = ready.send(Ok(Admitted::new(io, slot))).await;
                     }
@@ -584,6 +597,9 @@ where
 /// whose first bytes are not the preface is answered as h2 answers one (see [`refuse`]).
 async fn open<IO, O: Opening<IO>>(opening: &O, io: IO) -> io::Result<O::Output> {
     let mut io = opening.open(io).await?;
+    if O::SERVER_SPEAKS_FIRST {
+        return Ok(io);
+    }
     let mut preface = [0u8; PREFACE.len()];
     match tokio::time::timeout(PREFACE_TIMEOUT, io.read_exact(&mut preface)).await {
         Ok(Ok(_)) if &preface == PREFACE => Ok(io),
@@ -736,18 +752,24 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Heard<IO> {
 }
 
 /// A connection admitted to HTTP/2: its preface (already read and checked) is read again
-/// first; it holds its place under the connection cap until dropped, and reads end (as at
-/// the end of the stream) once it has been closed to make room for a newer one.
+/// first, or, when the server speaks first, the preface is awaited within its deadline as
+/// the HTTP/2 server reads it; it holds its place under the connection cap until dropped,
+/// and reads end (as at the end of the stream) once it has been closed to make room for a
+/// newer one.
 pub(crate) struct Admitted<T> {
     inner: T,
     /// How much of the preface has been read again.
     replayed: usize,
+    /// While the preface has not come yet (the server spoke first): how much of it has, and
+    /// its deadline.
+    awaiting: Option<(usize, Pin<Box<tokio::time::Sleep>>)>,
     /// Resolves when the connection is closed to make room (only where that may happen).
     evicted: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
-    _slot: Slot,
+    slot: Slot,
 }
 
 impl<T> Admitted<T> {
+    /// A connection past its preface.
     fn new(inner: T, slot: Slot) -> Self {
         let evicted = slot
             .connections
@@ -757,8 +779,37 @@ impl<T> Admitted<T> {
         Self {
             inner,
             replayed: 0,
+            awaiting: None,
             evicted,
-            _slot: slot,
+            slot,
+        }
+    }
+
+    /// A connection whose preface the HTTP/2 server is to read: still opening.
+    fn before_preface(inner: T, slot: Slot) -> Self {
+        let deadline = Box::pin(tokio::time::sleep(PREFACE_TIMEOUT));
+        Self {
+            inner,
+            replayed: PREFACE.len(),
+            awaiting: Some((0, deadline)),
+            evicted: Some(Box::pin(slot.evicted())),
+            slot,
+        }
+    }
+
+    /// After `n` more bytes of a connection awaiting its preface: once the preface's length
+    /// has come, the connection is established.
+    fn preface_bytes(&mut self, n: usize) {
+        let Some((read, _)) = &mut self.awaiting else {
+            return;
+        };
+        *read += n;
+        if *read >= PREFACE.len() {
+            self.awaiting = None;
+            // If it was closed to make room meanwhile, `evicted` ends the next read.
+            if self.slot.establish() && !self.slot.connections.limits.evict_established {
+                self.evicted = None;
+            }
         }
     }
 }
@@ -790,7 +841,30 @@ impl<T: AsyncRead + Unpin> AsyncRead for Admitted<T> {
             this.replayed += n;
             return Poll::Ready(Ok(()));
         }
-        Pin::new(&mut this.inner).poll_read(cx, buf)
+        if this.awaiting.is_none() {
+            return Pin::new(&mut this.inner).poll_read(cx, buf);
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                this.preface_bytes(buf.filled().len() - before);
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => {
+                let late = match &mut this.awaiting {
+                    Some((_, deadline)) => deadline.as_mut().poll(cx).is_ready(),
+                    None => false,
+                };
+                if late {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no HTTP/2 client preface within {PREFACE_TIMEOUT:?}"),
+                    )));
+                }
+                Poll::Pending
+            }
+            other => other,
+        }
     }
 }
 

@@ -295,6 +295,8 @@ where
 {
     type Output = TlsConnection<IO>;
 
+    const SERVER_SPEAKS_FIRST: bool = true;
+
     fn open(&self, io: IO) -> impl Future<Output = io::Result<TlsConnection<IO>>> + Send {
         let acceptor = tokio_rustls::TlsAcceptor::from(self.config.load_full());
         async move {
