@@ -41,6 +41,7 @@ suite "setup (Wool venvs, build)" setup
 # shellcheck disable=SC2086
 suite "cargo test" cargo test --features capi --lib --bins --tests --examples ${CARGO_TEST_ARGS:-}
 suite "doc tests" cargo test --features capi --doc
+suite "rustfmt (cargo fmt --check)" cargo fmt --check
 suite "clippy (warnings denied)" cargo clippy --features capi --all-targets -- -D warnings
 suite "rustdoc (warnings denied)" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features capi
 suite "C harness under valgrind" ./scripts/valgrind-c.sh

@@ -362,6 +362,11 @@ async fn given_bad_input_then_invalid_argument_before_any_io() {
         .await
         .unwrap_err();
     assert_eq!(error.kind(), ErrorKind::InvalidArgument);
+    let error = conn
+        .dispatch("echo", Vec::new(), Some(Duration::ZERO))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{error}");
     for seconds in [0.0, -1.0, f64::NAN] {
         assert_eq!(
             wool::connection::timeout_from_seconds(seconds)

@@ -13,7 +13,8 @@ type IdleResult struct {
 }
 
 // IdleMany polls the workers behind conns (as Idle), keeping at most maxInFlight polls in
-// flight at once (maxInFlight <= 0: all of them), all within ctx, and returns one result per
+// flight at once (at least 1: 0 or less gives ErrInvalidArgument in every slot, as C's
+// wool_idle_many and Python's idle_many refuse 0), all within ctx, and returns one result per
 // Connection, in conns' order. It returns once every poll has finished; the calling goroutine
 // does all the work (no goroutine per poll, no OS thread held while waiting).
 //
@@ -25,7 +26,14 @@ type IdleResult struct {
 // before its deadline).
 func IdleMany(ctx context.Context, conns []*Connection, maxInFlight int) []IdleResult {
 	results := make([]IdleResult, len(conns))
-	if maxInFlight <= 0 || maxInFlight > len(conns) {
+	if maxInFlight <= 0 {
+		err := invalidArgument("idle_many", "", "maxInFlight must be at least 1")
+		for i := range results {
+			results[i].Err = err
+		}
+		return results
+	}
+	if maxInFlight > len(conns) {
 		maxInFlight = len(conns)
 	}
 	if maxInFlight == 0 {

@@ -341,7 +341,7 @@ func idleWorkers(t *testing.T, n int, threshold time.Duration) ([]*workertest.Pr
 
 func retire(t *testing.T, conns []*wool.Connection, policy wool.RetirePolicy) []wool.RetireDecision {
 	t.Helper()
-	decisions, err := wool.RetireIdle(conns, policy, callTimeout, 0)
+	decisions, err := wool.RetireIdle(conns, policy, callTimeout, len(conns))
 	if err != nil {
 		t.Fatalf("RetireIdle(%+v): %v", policy, err)
 	}
@@ -554,7 +554,7 @@ func TestRetireIdleRefusesBadArguments(t *testing.T) {
 		"zero poll timeout":               {wool.NewRetirePolicy(0), 0},
 		"negative poll timeout":           {wool.NewRetirePolicy(0), -time.Second},
 	} {
-		decisions, err := wool.RetireIdle(conns, c.policy, c.timeout, 0)
+		decisions, err := wool.RetireIdle(conns, c.policy, c.timeout, 1)
 		if decisions != nil {
 			t.Errorf("%s: decisions %+v", name, decisions)
 		}
@@ -564,7 +564,7 @@ func TestRetireIdleRefusesBadArguments(t *testing.T) {
 		t.Errorf("the worker after refused rounds: idle %v", reading)
 	}
 	forever := policy(func(p *wool.RetirePolicy) { p.Grace, p.StopTimeout = wool.GraceForever, wool.NoStopTimeout })
-	if decisions, err := wool.RetireIdle(nil, forever, callTimeout, 0); err != nil || len(decisions) != 0 {
+	if decisions, err := wool.RetireIdle(nil, forever, callTimeout, 1); err != nil || len(decisions) != 0 {
 		t.Errorf("an empty round with an unbounded grace: %+v, %v", decisions, err)
 	}
 }
@@ -639,5 +639,28 @@ func TestTheAdmissionGateRefusesThroughTheBinding(t *testing.T) {
 	}
 	if _, err := creds.WithPeers(" "); !errors.Is(err, wool.ErrInvalidArgument) {
 		t.Errorf("WithPeers(\" \") = %v, want ErrInvalidArgument", err)
+	}
+}
+
+// Given connections, when IdleMany or RetireIdle is asked for 0 or fewer polls in flight, then
+// it refuses as C's wool_idle_many and Python's idle_many do: ErrInvalidArgument in every slot
+// (IdleMany) or as the error (RetireIdle), nothing polled.
+func TestFewerThanOnePollInFlightIsRefused(t *testing.T) {
+	t.Parallel()
+	conn := connect(t, workertest.StartWorker(t).Address)
+	for _, maxInFlight := range []int{0, -1} {
+		results := wool.IdleMany(context.Background(), []*wool.Connection{conn, conn}, maxInFlight)
+		for i, result := range results {
+			if !errors.Is(result.Err, wool.ErrInvalidArgument) {
+				t.Errorf("IdleMany(maxInFlight %d) slot %d: %v", maxInFlight, i, result.Err)
+			}
+		}
+		_, err := wool.RetireIdle([]*wool.Connection{conn}, wool.NewRetirePolicy(0), time.Second, maxInFlight)
+		if !errors.Is(err, wool.ErrInvalidArgument) {
+			t.Errorf("RetireIdle(maxInFlight %d): %v", maxInFlight, err)
+		}
+	}
+	if n := wool.CallsInFlight(conn); n != 0 {
+		t.Errorf("calls in flight after refused sweeps: %d", n)
 	}
 }

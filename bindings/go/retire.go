@@ -147,22 +147,26 @@ func slotError(op, target string, status C.wool_status, code C.int32_t, message 
 // decision per Connection, in conns' order. Every decision is the library's; this function
 // only converts.
 //
-// pollTimeout must be positive (the library refuses 0 and negative). maxInFlight <= 0 means
-// all of them at once (as for IdleMany). A nil Connection is kept with ReasonPollFailed and an
+// pollTimeout must be positive (the library refuses 0 and negative), and maxInFlight at least 1
+// (as C's wool_retire_idle and Python's retire_idle). A nil Connection is kept with ReasonPollFailed and an
 // IdleErr matching ErrInvalidArgument; a closed one is kept with ReasonPollFailed and ErrClosed.
 // The Connections stay usable during the round; one closed meanwhile is released when the
 // round returns. Blocks the calling goroutine and its OS thread until every stop has answered
 // (after its worker's drain).
 //
 // Errors (nothing is polled or stopped then): an *Error (Op "retire") matching
-// ErrInvalidArgument for a refused policy field (its message names it) or a bad pollTimeout.
+// ErrInvalidArgument for a refused policy field (its message names it), a bad pollTimeout or a
+// maxInFlight below 1.
 // Workers' failures are in the decisions, never here.
 func RetireIdle(conns []*Connection, policy RetirePolicy, pollTimeout time.Duration, maxInFlight int) ([]RetireDecision, error) {
 	cPolicy, err := policy.toC()
 	if err != nil {
 		return nil, err
 	}
-	if maxInFlight <= 0 || maxInFlight > len(conns) {
+	if maxInFlight <= 0 {
+		return nil, invalidArgument("retire", "", "maxInFlight must be at least 1")
+	}
+	if maxInFlight > len(conns) {
 		maxInFlight = max(len(conns), 1)
 	}
 	count := len(conns)

@@ -18,8 +18,10 @@ use std::fmt;
 
 use tonic::Code;
 
-/// What a caller should do about a failed call.
+/// What a caller should do about a failed call. New kinds may be added (as `Cancelled` was):
+/// a `match` needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// The caller's own mistake (bad target, bad PEM, non-positive timeout); nothing was sent.
     InvalidArgument,

@@ -360,13 +360,15 @@ impl WorkerConnection {
     ///
     /// Errors: [`ErrorKind::Routine`] when the worker refuses the task (`nack`, e.g. an unknown
     /// routine) or the routine fails (`exception`, message = the routine's error); otherwise as
-    /// [`idle`](Self::idle) (a stopping worker refuses with a [`ErrorKind::Transient`]).
+    /// [`idle`](Self::idle) (a zero `timeout` is an [`ErrorKind::InvalidArgument`]; a stopping
+    /// worker refuses with a [`ErrorKind::Transient`]).
     pub async fn dispatch(
         &self,
         routine: &str,
         args: Vec<u8>,
         timeout: Option<Duration>,
     ) -> Result<Vec<u8>, Error> {
+        check_timeout(timeout)?;
         let mut client = self.client()?;
         let (requests, outbound) = mpsc::channel(2);
         let task = Task {
