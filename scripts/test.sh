@@ -52,6 +52,7 @@ suite "Python binding (pytest)" ./scripts/python-test.sh -q
 suite "hostile input: every fuzz target, 10 s each" ./scripts/fuzz.sh 10
 suite "sanitizers: ASan+LSan C harness, TSan concurrency tests, miri" ./scripts/sanitizers.sh
 suite "soak: C API vs a worker SIGKILLed every 10 s (2 min)" ./scripts/soak.sh 2
+suite "Kubernetes: wool-scaler driving KEDA v2.21.0 and kube-apiserver v1.36.3 (engine built once, ~13 min)" ./scripts/e2e-kubernetes.sh
 
 echo
 if ((failed)); then
