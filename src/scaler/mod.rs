@@ -78,9 +78,18 @@ use crate::worker::health::{health_port_server, serve_health_alone};
 use crate::worker::tls::ServerTls;
 use crate::worker::{CredentialReload, ServerCredentialFiles, WorkerError};
 
-/// Streams one connection to the scaler may have open at once (KEDA's operator holds one
-/// `StreamIsActive` per ScaledObject on its connection).
-const MAX_STREAMS_PER_CONNECTION: u32 = 1024;
+/// Streams (HTTP/2 streams: gRPC streams and unary calls alike) one connection to the scaler
+/// may have open at once: 2,048. KEDA's operator is one peer for every tenant, holding one
+/// `StreamIsActive` per ScaledObject on one connection, so one connection must have room for
+/// all the streams the scaler serves ([`fleet::MAX_STREAMS`]) and all its calls in progress
+/// ([`fleet::MAX_CALLS`]) at once, and for those refused past them: streams that fill their
+/// own bound then leave calls room, never queued behind them in the client.
+const MAX_STREAMS_PER_CONNECTION: u32 = 2048;
+
+const _: () = assert!(
+    fleet::MAX_STREAMS + fleet::MAX_CALLS < MAX_STREAMS_PER_CONNECTION as usize,
+    "one connection must have room for every stream and every call at once"
+);
 
 /// Errors of starting or running a scaler.
 #[derive(Debug, thiserror::Error)]
