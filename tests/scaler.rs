@@ -435,7 +435,14 @@ fn tls_material_by_path_reaches_a_mutual_tls_worker() {
     let answer = scaler.poll("missing", &missing);
     assert_eq!(answer["error"]["code"], "InvalidArgument", "{answer}");
     let message = answer["error"]["message"].as_str().unwrap();
-    assert!(message.contains("/nonexistent/ca.pem"), "{message}");
+    assert!(
+        message.contains("workerTlsCa") && message.contains("cannot be used"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("/nonexistent/ca.pem"),
+        "the path is not repeated: {message}"
+    );
 }
 
 /// Given a plaintext Wool 0.15.7 pool of two found by namespace, when a ScaledObject asks for
@@ -953,11 +960,12 @@ fn streams_past_the_total_are_resource_exhausted_while_calls_are_answered() {
     });
 }
 
-/// Given a scaler with `--tls-files-dir D`, when metadata names as `workerTlsCa` a missing file
-/// in D, a directory in D, a FIFO in D, an unreadable file in D (when not run as root), a
-/// symbolic link in D to a CA outside it, a `..` path out of D, and a readable CA outside D,
-/// then each is INVALID_ARGUMENT with the same message but for the path (no "No such file" or
-/// "Permission denied" to tell them apart), the log says why; a CA in D reaches the worker.
+/// Given a scaler with `--tls-files-dir D`, when metadata names as `workerTlsCa` a file in D
+/// that is not PEM, a missing file in D, a directory in D, a FIFO in D, an unreadable file in D
+/// (when not run as root), a symbolic link in D to a CA outside it, a `..` path out of D, and a
+/// readable CA outside D, then each is INVALID_ARGUMENT with the same message (no "No such
+/// file" or "Permission denied", no path, nothing to tell an existing file from a missing one),
+/// the log says why; a CA in D reaches the worker.
 /// Without the flag, no metadata TLS file is taken.
 #[test]
 fn tls_files_outside_the_directory_or_unusable_are_refused_alike() {
@@ -985,7 +993,10 @@ fn tls_files_outside_the_directory_or_unusable_are_refused_alike() {
         allowed.path().display(),
         outside.path().file_name().unwrap().to_str().unwrap()
     );
+    let garbage = allowed.path().join("garbage.pem");
+    std::fs::write(&garbage, b"not PEM at all").unwrap();
     let mut hostile: Vec<String> = vec![
+        garbage.display().to_string(),
         allowed.path().join("missing.pem").display().to_string(),
         allowed.path().join("dir.pem").display().to_string(),
         fifo.display().to_string(),

@@ -506,17 +506,24 @@ fn tls_credentials(tls: &TlsFiles, dir: Option<&Path>) -> Result<WorkerCredentia
     .map_err(|error| {
         tracing::warn!(ca = %tls.ca.display(), %error,
             "refusing TLS files named by scalerMetadata");
-        Error::invalid_argument(
-            "workerTlsCa, workerTlsCert, workerTlsKey: the files are not usable TLS material \
-             (the scaler's log says why)",
-        )
+        unusable_tls_files(dir)
     })
+}
+
+/// The one answer to metadata naming TLS files that cannot be used, whichever file and
+/// whatever the cause (missing, unreadable, not a regular file, outside `dir`, not PEM TLS
+/// material): it names neither the key nor the path, so that it tells no one which files exist.
+fn unusable_tls_files(dir: Option<&Path>) -> Error {
+    let dir = dir.map_or_else(String::new, |dir| format!(" in {}", dir.display()));
+    Error::invalid_argument(format!(
+        "workerTlsCa, workerTlsCert, workerTlsKey cannot be used: each must name a readable \
+         regular file of PEM TLS material{dir} (the scaler's log says which and why)"
+    ))
 }
 
 /// Checks that `path` (named by metadata `key`) is a regular file the scaler can open, inside
 /// `dir` once symbolic links and `..` are resolved. Every refusal gives the caller the same
-/// message, whatever the cause (so that an error tells no one whether a path exists); the log
-/// says the cause.
+/// message ([`unusable_tls_files`]), whatever the cause; the log says the cause.
 fn check_tls_file(key: &str, path: &Path, dir: Option<&Path>) -> Result<(), Error> {
     let Some(dir) = dir else {
         return Err(Error::invalid_argument(format!(
@@ -527,11 +534,7 @@ fn check_tls_file(key: &str, path: &Path, dir: Option<&Path>) -> Result<(), Erro
     let refuse = |why: &dyn std::fmt::Display| {
         tracing::warn!(key, path = %path.display(), dir = %dir.display(),
             "refusing a TLS file named by scalerMetadata: {why}");
-        Error::invalid_argument(format!(
-            "{key} {path:?} cannot be used: it must name a readable regular file in {} (the \
-             scaler's log says why)",
-            dir.display()
-        ))
+        unusable_tls_files(Some(dir))
     };
     let canonical = std::fs::canonicalize(path).map_err(|e| refuse(&e))?;
     if !canonical.starts_with(dir) {

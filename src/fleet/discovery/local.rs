@@ -92,6 +92,8 @@ struct Segments {
     records: HashMap<Uuid, (PathBuf, Option<std::fs::File>)>,
     /// Where segments are read: reused by every read of every scan.
     buffer: Vec<u8>,
+    /// Records the last scan skipped (logged at warning level only when this changes).
+    skipped: usize,
 }
 
 impl std::fmt::Debug for OpenSegments {
@@ -196,6 +198,7 @@ impl LocalDiscovery {
             registry,
             records,
             buffer,
+            skipped,
         } = &mut *open;
         let registry_path = self.shm_dir.join(short_hash(&self.namespace));
         let registry = match read_segment(&registry_path, registry, buffer, MAX_REGISTRY_BYTES) {
@@ -236,7 +239,8 @@ impl LocalDiscovery {
         slots.sort_unstable();
         slots.dedup();
         let mut kept_open = records.values().filter(|(_, file)| file.is_some()).count();
-        let workers = slots
+        let mut skips = Skips::default();
+        let workers: Vec<DiscoveredWorker> = slots
             .iter()
             .filter_map(|&uid| {
                 let (path, file) = records.entry(uid).or_insert_with(|| {
@@ -244,7 +248,10 @@ impl LocalDiscovery {
                     (self.shm_dir.join(name), None)
                 });
                 let was_open = file.is_some();
-                let worker = self.read_record(uid, path, file, buffer);
+                let worker = self
+                    .read_record(uid, path, file, buffer)
+                    .map_err(|why| skips.note(&self.namespace, uid, why))
+                    .ok();
                 // Keep the descriptor only for a record that decoded, and only up to the cap.
                 if worker.is_none() || (!was_open && kept_open >= MAX_OPEN_RECORDS) {
                     *file = None;
@@ -257,6 +264,7 @@ impl LocalDiscovery {
                 worker
             })
             .collect();
+        skips.report(&self.namespace, skipped);
         // Every slot now has its record entry: more entries than slots means workers that left.
         if records.len() > slots.len() {
             let registered: std::collections::HashSet<&Uuid> = slots.iter().collect();
@@ -265,28 +273,55 @@ impl LocalDiscovery {
         Ok(workers)
     }
 
-    /// The record of the worker in a slot, or `None` (with a log line) when it cannot be read.
+    /// The record of the worker in a slot, or why it cannot be read.
     fn read_record(
         &self,
         slot_uid: Uuid,
         path: &Path,
         file: &mut Option<std::fs::File>,
         buffer: &mut Vec<u8>,
-    ) -> Option<DiscoveredWorker> {
-        let skip = |why: &str| {
-            tracing::warn!(namespace = %self.namespace, worker = %slot_uid, "skipping a registry record: {why}");
-            None
-        };
+    ) -> Result<DiscoveredWorker, String> {
         let bytes = match read_segment(path, file, buffer, MAX_RECORD_BYTES) {
             Ok(Some(length)) => &buffer[..length],
-            Ok(None) => return skip("its record segment is missing"),
-            Err(error) => return skip(&format!("its record cannot be read: {error}")),
+            Ok(None) => return Err("its record segment is missing".into()),
+            Err(error) => return Err(format!("its record cannot be read: {error}")),
         };
         match decode_record(bytes) {
-            Ok(worker) if worker.uid == slot_uid => Some(worker),
-            Ok(worker) => skip(&format!("the record names another worker, {}", worker.uid)),
-            Err(why) => skip(&why),
+            Ok(worker) if worker.uid == slot_uid => Ok(worker),
+            Ok(worker) => Err(format!("the record names another worker, {}", worker.uid)),
+            Err(why) => Err(why),
         }
+    }
+}
+
+/// The records one scan skipped: each logged at debug level, and one warning for the scan when
+/// their number differs from the last scan's (a registry full of garbage, up to 16,384 slots,
+/// makes one line, not one a slot at every sweep).
+#[derive(Default)]
+struct Skips {
+    count: usize,
+    first: Option<(Uuid, String)>,
+}
+
+impl Skips {
+    fn note(&mut self, namespace: &str, worker: Uuid, why: String) {
+        tracing::debug!(namespace, %worker, "skipping a registry record: {why}");
+        self.count += 1;
+        self.first.get_or_insert((worker, why));
+    }
+
+    fn report(self, namespace: &str, last: &mut usize) {
+        if self.count != *last {
+            if let Some((worker, why)) = &self.first {
+                tracing::warn!(
+                    namespace,
+                    skipped = self.count,
+                    "skipping registry records that cannot be read (worker {worker}: {why}; \
+                     each at debug level)"
+                );
+            }
+        }
+        *last = self.count;
     }
 }
 
@@ -563,8 +598,9 @@ mod tests {
 
     /// Given a registry (in Wool's format, in a scratch directory standing for /dev/shm) whose
     /// slots name a good record, a missing one, a half-written one, one naming another worker
-    /// and one of garbage, when it is listed, then only the good worker is listed and each bad
-    /// slot is skipped with a log line.
+    /// and one of garbage, when it is listed twice, then only the good worker is listed and each
+    /// bad slot is skipped with a debug line at each scan, under one warning for the first scan
+    /// (the number skipped did not change at the second).
     #[test]
     fn half_written_missing_and_foreign_records_are_skipped_with_a_log_line() {
         let shm = tempfile::tempdir().unwrap();
@@ -603,8 +639,12 @@ mod tests {
         let subscriber = tracing_subscriber::fmt()
             .with_writer(move || writer.clone())
             .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
             .finish();
-        let listed = tracing::subscriber::with_default(subscriber, || discovery.list().unwrap());
+        let (listed, again) = tracing::subscriber::with_default(subscriber, || {
+            (discovery.list().unwrap(), discovery.list().unwrap())
+        });
+        assert_eq!(listed, again);
         assert_eq!(listed.len(), 1, "{listed:?}");
         let worker = &listed[0];
         assert_eq!(worker.uid, uids[0]);
@@ -612,11 +652,14 @@ mod tests {
         assert_eq!(worker.identity.as_deref(), Some("worker-0"));
         assert!(worker.secure && worker.tags.contains("gpu"));
         let log = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        // Each skip at debug level at each scan; one warning, for the first scan only.
         assert_eq!(
             log.matches("skipping a registry record").count(),
-            4,
+            8,
             "{log}"
         );
+        assert_eq!(log.matches(" WARN ").count(), 1, "{log}");
+        assert!(log.contains("skipped=4"), "{log}");
         for why in [
             "missing",
             "half-written",
@@ -873,8 +916,12 @@ mod tests {
         let subscriber = tracing_subscriber::fmt()
             .with_writer(move || writer.clone())
             .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
             .finish();
-        let listed = tracing::subscriber::with_default(subscriber, || discovery.list().unwrap());
+        let (listed, again) = tracing::subscriber::with_default(subscriber, || {
+            (discovery.list().unwrap(), discovery.list().unwrap())
+        });
+        assert_eq!(listed, again);
         assert_eq!(listed.len(), 1, "{listed:?}");
         assert_eq!(listed[0].address, "127.0.0.1:4001");
         let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
