@@ -682,19 +682,58 @@ where
     }
 }
 
+/// What a connection wrapper passes through unchanged to its `inner` connection: its peer's
+/// details (tonic's `Connected`) and every write.
+macro_rules! pass_through_to_inner {
+    ($wrapper:ident) => {
+        impl<IO: Connected> Connected for $wrapper<IO> {
+            type ConnectInfo = IO::ConnectInfo;
+
+            fn connect_info(&self) -> Self::ConnectInfo {
+                self.inner.connect_info()
+            }
+        }
+
+        impl<IO: AsyncWrite + Unpin> AsyncWrite for $wrapper<IO> {
+            fn poll_write(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                buf: &[u8],
+            ) -> Poll<io::Result<usize>> {
+                Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+            }
+
+            fn poll_write_vectored(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                bufs: &[io::IoSlice<'_>],
+            ) -> Poll<io::Result<usize>> {
+                Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                self.inner.is_write_vectored()
+            }
+
+            fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+            }
+
+            fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+            }
+        }
+    };
+}
+
+pass_through_to_inner!(Heard);
+pass_through_to_inner!(Admitted);
+
 /// An accepted connection, whose reads tell its [`Slot`] when its peer was last heard from
 /// (see [`Connections`]); otherwise the connection itself.
 pub(crate) struct Heard<IO> {
     inner: IO,
     tracked: Arc<Tracked>,
-}
-
-impl<IO: Connected> Connected for Heard<IO> {
-    type ConnectInfo = IO::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
-    }
 }
 
 impl<IO: Readable + Sync> Readable for Heard<IO> {
@@ -718,36 +757,6 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Heard<IO> {
             this.tracked.hear();
         }
         read
-    }
-}
-
-impl<IO: AsyncWrite + Unpin> AsyncWrite for Heard<IO> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 
@@ -814,14 +823,6 @@ impl<T> Admitted<T> {
     }
 }
 
-impl<T: Connected> Connected for Admitted<T> {
-    type ConnectInfo = T::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
-    }
-}
-
 impl<T: AsyncRead + Unpin> AsyncRead for Admitted<T> {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -865,36 +866,6 @@ impl<T: AsyncRead + Unpin> AsyncRead for Admitted<T> {
             }
             other => other,
         }
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Admitted<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 
