@@ -34,6 +34,14 @@ if [[ "${WOOL_E2E_INSIDE:-}" != 1 ]]; then
     [[ -x target/venvs/wool-0.15.7/bin/python ]] || ./scripts/setup-venvs.sh >&2
     cargo build --bins --example burst >&2
     export WOOL_E2E_INSIDE=1 WOOL_E2E_ENGINE="$ENGINE"
+    run_inner() { # pid: waits for the inner run; SIGINT/SIGTERM here reach it, and its trap stops everything
+        local inner=$1
+        trap 'kill -TERM "$inner" 2>/dev/null || true' INT TERM
+        rc=0
+        wait "$inner" || rc=$?
+        if kill -0 "$inner" 2>/dev/null; then rc=0; wait "$inner" || rc=$?; fi
+        trap - INT TERM
+    }
     NETNS="wool-e2e-$$"
     if [[ $(id -u) == 0 ]] && command -v ip >/dev/null && ip netns add "$NETNS" 2>/dev/null; then
         trap 'ip netns del "$NETNS" 2>/dev/null || true; rm -rf "/etc/netns/$NETNS"' EXIT
@@ -48,8 +56,8 @@ if [[ "${WOOL_E2E_INSIDE:-}" != 1 ]]; then
         ip -n "$NETNS" link set e2e-agg up
         export WOOL_E2E_AGG_IP="10.250.$sub.2"
         say "network namespace $NETNS: loopback, and 10.250.$sub.1-2 on a veth pair inside it"
-        rc=0
-        ip netns exec "$NETNS" "$0" "$@" || rc=$?
+        ip netns exec "$NETNS" "$0" "$@" &
+        run_inner $!
         left="$(ip netns pids "$NETNS" 2>/dev/null || true)"
         if [[ -n "$left" ]]; then
             say "FAIL: processes left in the namespace: $left"; kill -KILL $left 2>/dev/null || true; rc=1
@@ -59,8 +67,8 @@ if [[ "${WOOL_E2E_INSIDE:-}" != 1 ]]; then
     fi
     say "no network namespace (needs root and iproute2): running on the host's loopback; the HPA case is skipped"
     export WOOL_E2E_AGG_IP=""
-    rc=0
-    "$0" "$@" || rc=$?
+    "$0" "$@" &
+    run_inner $!
     say "suite finished in $((SECONDS - started)) s (rc $rc)"
     exit $rc
 fi
