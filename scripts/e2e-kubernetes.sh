@@ -393,6 +393,27 @@ wait_replicas() { # ns name condition limit: waits until replicas match (r is th
 IDLE=3 POLL=2 COOL=6
 # Activation and scale to zero through an `external` trigger polling IsActive: two wool-workers
 # listed as targets, a 12-second task on one.
+# One cycle of a case: waits for ScaledObject NAME to be Ready, lets it settle for SETTLE
+# seconds, dispatches one task of SECONDS on WORKER, waits for the Deployment to return to 0,
+# stops the sampler and prints the timeline from T0. Sets T_WORK and T_END (the task's start and
+# end), T_UP (first sample above 0 since T0) and T_DOWN (first sample at 0 since the end).
+dispatch_cycle() { # ns name worker seconds settle t0
+    local ns=$1 name=$2 worker=$3 seconds=$4 settle=$5 t0=$6
+    wait_for 30 "the ScaledObject Ready" sh -c "[ \"\$('$BIN/kubectl' get scaledobject $name -n $ns -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}')\" = True ]" || true
+    sleep "$settle"
+    T_WORK=$(now)
+    mark "$name" "dispatch: 1 task of $seconds s on $worker"
+    "$BURST" "$worker" 1 "$seconds" > "$TMP/logs/burst-$name.log" 2>&1
+    T_END=$(now)
+    mark "$name" "task ended"
+    wait_replicas "$ns" "$name" 'r == 0' $((IDLE + COOL + 10 * POLL + 20)) || true
+    sleep 2
+    sampler_stop
+    T_UP="$(first_time "$name" 'r > 0' "$t0")"
+    T_DOWN="$(first_time "$name" 'r == 0' "$T_END")"
+    print_timeline "$name" "$t0"
+}
+
 case_activation() {
     local ns=e2e name=activation
     echo "== activation and scale to zero (external trigger, targets, idleThreshold ${IDLE}s, pollingInterval $POLL, cooldownPeriod $COOL)"
@@ -403,22 +424,10 @@ case_activation() {
     sampler_start "$ns" "$name" "$SCALER_METRICS_plain"
     apply_case "$ns" "$name" "{\"spec\":{\"pollingInterval\":$POLL,\"cooldownPeriod\":$COOL,\"triggers\":[{\"type\":\"external\",\"metadata\":{\"scalerAddress\":\"$SCALER_ADDR_plain\",\"targets\":\"$targets\",\"idleThreshold\":\"${IDLE}s\",\"maxSweepAge\":\"1s\"}}]}}"
     mark "$name" "ScaledObject applied (workers idle)"
-    wait_for 30 "the ScaledObject Ready" sh -c "[ \"\$('$BIN/kubectl' get scaledobject $name -n $ns -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}')\" = True ]" || true
-    sleep $((3 * POLL + 1))
-    local t_work; t_work=$(now)
-    mark "$name" "dispatch: 1 task of 12 s on ${WORKERS[0]}"
-    "$BURST" "${WORKERS[0]}" 1 12 > "$TMP/logs/burst-$name.log" 2>&1
-    local t_end; t_end=$(now)
-    mark "$name" "task ended"
-    wait_replicas "$ns" "$name" 'r == 0' $((IDLE + COOL + 10 * POLL + 20)) || true
-    sleep 2
-    sampler_stop
-    local t_up t_down
-    t_up="$(first_time "$name" 'r > 0' "$t0")"
-    t_down="$(first_time "$name" 'r == 0' "$t_end")"
-    print_timeline "$name" "$t0"
+    dispatch_cycle "$ns" "$name" "${WORKERS[0]}" 12 $((3 * POLL + 1)) "$t0"
+    local t_work=$T_WORK t_end=$T_END t_up=$T_UP t_down=$T_DOWN
     check activation "ScaledObject Ready" test "$(ready_status "$ns" "$name")" = True
-    check activation "replicas stay 0 before work arrives" test -n "$t_up"
+    check activation "replicas leave 0 at all" test -n "$t_up"
     [[ -n "$t_up" ]] && check activation "replicas leave 0 after the dispatch ($(awk -v a="$t_up" -v b="$t_work" 'BEGIN{printf "%.1f", a-b}') s after it)" fgt "$t_up" "$t_work"
     [[ -n "$t_up" ]] && check activation "and while the task is in flight (before its end)" fle "$t_up" "$t_end"
     check activation "scaled back to 0 after the task's end" test -n "$t_down"
@@ -523,20 +532,8 @@ case_tls() {
     # the same ScaledObject without the TriggerAuthentication: the scaler must refuse KEDA
     apply_case "$ns" "$name-noauth" "{\"spec\":{\"pollingInterval\":$POLL,\"cooldownPeriod\":$COOL,\"triggers\":[{\"type\":\"external\",\"metadata\":{\"scalerAddress\":\"$SCALER_ADDR_tls\",\"enableTLS\":\"true\",\"targets\":\"$w\",\"idleThreshold\":\"${IDLE}s\"}}]}}"
     mark "$name" "ScaledObjects applied (with and without the TriggerAuthentication)"
-    wait_for 30 "the ScaledObject Ready" sh -c "[ \"\$('$BIN/kubectl' get scaledobject $name -n $ns -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}')\" = True ]" || true
-    sleep $((2 * POLL))
-    local t_work; t_work=$(now)
-    mark "$name" "dispatch: 1 task of 10 s"
-    "$BURST" "$w" 1 10 > "$TMP/logs/burst-$name.log" 2>&1
-    local t_end; t_end=$(now)
-    mark "$name" "task ended"
-    wait_replicas "$ns" "$name" 'r == 0' $((IDLE + COOL + 10 * POLL + 20)) || true
-    sleep 2
-    sampler_stop
-    local t_up t_down
-    t_up="$(first_time "$name" 'r > 0' "$t0")"
-    t_down="$(first_time "$name" 'r == 0' "$t_end")"
-    print_timeline "$name" "$t0"
+    dispatch_cycle "$ns" "$name" "$w" 10 $((2 * POLL)) "$t0"
+    local t_work=$T_WORK t_end=$T_END t_up=$T_UP t_down=$T_DOWN
     check tls "ScaledObject Ready over mutual TLS" test "$(ready_status "$ns" "$name")" = True
     [[ -n "$t_up" ]] && check tls "replicas leave 0 during the task" sh -c "awk 'BEGIN{exit !($t_up > $t_work && $t_up <= $t_end)}'" ||
         check tls "replicas leave 0 during the task" false
