@@ -736,11 +736,10 @@ pub(crate) struct Heard<IO> {
     tracked: Arc<Tracked>,
 }
 
+/// A peek, not a read: the reads that follow it mark the connection heard from.
 impl<IO: Readable + Sync> Readable for Heard<IO> {
-    async fn first_bytes(&self) -> io::Result<()> {
-        self.inner.first_bytes().await?;
-        self.tracked.hear();
-        Ok(())
+    fn first_bytes(&self) -> impl Future<Output = io::Result<()>> + Send {
+        self.inner.first_bytes()
     }
 }
 
