@@ -169,6 +169,43 @@ async fn after_a_tls_handshake_the_worker_speaks_first_and_keeps_the_preface_dea
     assert!(closed, "a TLS connection sending no preface was kept");
 }
 
+// Given a mutual-TLS worker and 40 connections from the caller's own address (127.0.0.1) that
+// finished their TLS handshake and then sent nothing (past the address's 32 opening slots: a
+// handshaken connection opens until its preface comes), when the caller polls, then the poll is
+// served and the longest-quiet of the 40 have been closed to make room, the newest kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handshaken_connections_without_a_preface_make_room_for_a_caller() {
+    let pki = Pki::generate();
+    let worker = WorkerProcess::spawn(&pki.mutual_args());
+    let mut quiet = Vec::new();
+    for _ in 0..40 {
+        quiet.push(tls_handshaken(&worker.address, &pki).await);
+    }
+    let credentials = client_mutual(&pki.ca_pem, &pki.leaf);
+    let (result, took) = timed_poll(&worker.address, Some(credentials)).await;
+    assert!(result.is_ok(), "the poll failed after {took:?}: {result:?}");
+    // All at once, well within the preface deadline: a closed connection ends within the wait
+    // (after the worker's SETTINGS), an open one does not.
+    let waits = quiet.iter_mut().map(|stream| async move {
+        let mut sink = [0u8; 256];
+        let end = async { while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {} };
+        tokio::time::timeout(Duration::from_millis(500), end)
+            .await
+            .is_ok()
+    });
+    let ended = futures_util::future::join_all(waits).await;
+    let closed: Vec<usize> = (0..ended.len()).filter(|&i| ended[i]).collect();
+    println!(
+        "handshaken-quiet connections closed to make room: {closed:?}; poll served in {:.1} ms",
+        took.as_secs_f64() * 1e3
+    );
+    assert!(
+        closed.len() >= 9,
+        "fewer closed than over the share: {closed:?}"
+    );
+    assert!(!closed.contains(&39), "the newest was closed: {closed:?}");
+}
+
 // Given a plaintext worker holding 500 silent TCP connections, when a caller polls it, then
 // the poll is served, and every silent connection is closed within the HTTP/2 preface
 // deadline (plus a margin).
