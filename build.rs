@@ -1,5 +1,6 @@
 //! Generates the gRPC code for the Wool wire contract (`proto/wool/wire.proto`) and KEDA's
-//! external scaler contract (`proto/externalscaler/externalscaler.proto`, for `wool-scaler`).
+//! external scaler contract (`proto/externalscaler/externalscaler.proto`, for the `scaler`
+//! feature that `wool-scaler` serves).
 //! Uses the vendored `protoc` from `protoc-bin-vendored`, so no system protoc is needed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -11,13 +12,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // No `connect` helper: the client dials through its own HTTP/2 channel.
+        .build_transport(false)
         // For server reflection (grpcurl and friends without the .proto file).
         .file_descriptor_set_path(out.join("wool_descriptor.bin"))
         .compile_protos(&["proto/wool/wire.proto"], &["proto"])?;
-    tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(true)
-        .file_descriptor_set_path(out.join("externalscaler_descriptor.bin"))
-        .compile_protos(&["proto/externalscaler/externalscaler.proto"], &["proto"])?;
+    // KEDA's contract only for the scaler (feature `scaler`).
+    if std::env::var_os("CARGO_FEATURE_SCALER").is_some() {
+        tonic_prost_build::configure()
+            .build_client(true)
+            .build_server(true)
+            .build_transport(false)
+            .file_descriptor_set_path(out.join("externalscaler_descriptor.bin"))
+            .compile_protos(&["proto/externalscaler/externalscaler.proto"], &["proto"])?;
+    }
     Ok(())
 }

@@ -35,11 +35,11 @@
 //! fleet-serve N                             serves N Workers in this process; prints their
 //!                                           addresses, then `ready`; ends at stdin EOF
 //! sweep    ADDRFILE CONCURRENCY SWEEPS [TIMEOUT]
-//!                                           wool::fleet::sweep over every address
+//!                                           libwool::fleet::sweep over every address
 //!                                           (max_in_flight = CONCURRENCY, one deadline of
 //!                                           TIMEOUT s per sweep, default 30): 1 cold sweep
 //!                                           (new connections) + SWEEPS warm          -> Sweeps
-//! scaler   ADDRFILE REPS [TIMEOUT]          a wool::scaler::Scaler in this process answering
+//! scaler   ADDRFILE REPS [TIMEOUT]          a libwool::scaler::Scaler in this process answering
 //!                                           GetMetrics for the fleet of ADDRFILE (`targets`,
 //!                                           idleThreshold 0: the metric is 0 unless polls
 //!                                           fail; sweepTimeout TIMEOUT s, default 30), on one
@@ -78,15 +78,15 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
-use wool::protocol::externalscaler::{
+use libwool::protocol::externalscaler::{
     external_scaler_client::ExternalScalerClient, GetMetricsRequest, ScaledObjectRef,
 };
-use wool::protocol::{
+use libwool::protocol::{
     request::Payload as RequestPayload, response::Payload as ResponsePayload,
     worker_client::WorkerClient, Request, Task, Void,
 };
-use wool::worker::{RoutineRegistry, Worker};
-use wool::WorkerConnection;
+use libwool::worker::{RoutineRegistry, Worker};
+use libwool::WorkerConnection;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -237,7 +237,7 @@ fn runtime(kind: &str) -> Result<tokio::runtime::Runtime, BoxError> {
 
 /// A connection with Wool's default channel options, or with keepalive off.
 fn connection(addr: &str, keepalive: bool) -> Result<WorkerConnection, BoxError> {
-    let mut options = wool::connection::ChannelOptions::default();
+    let mut options = libwool::connection::ChannelOptions::default();
     if !keepalive {
         options.keepalive_interval = None;
     }
@@ -518,7 +518,7 @@ async fn fleet_serve(n: usize) -> Result<(), BoxError> {
 }
 
 /// One cold sweep (fresh connections: TCP + HTTP/2 handshakes) then `sweeps` warm ones over
-/// the same connections, each one `wool::fleet::sweep` (the library's sweep, which
+/// the same connections, each one `libwool::fleet::sweep` (the library's sweep, which
 /// `wool_idle_many` and `woolctl sweep` are built on) with `max_in_flight = concurrency` and
 /// one deadline of `timeout` seconds for the whole sweep.
 async fn sweep(
@@ -531,7 +531,7 @@ async fn sweep(
         .iter()
         .map(|a| WorkerConnection::new(a))
         .collect::<Result<_, _>>()?;
-    let mut options = wool::fleet::SweepOptions::default();
+    let mut options = libwool::fleet::SweepOptions::default();
     options.max_in_flight = concurrency.max(1);
     options.timeout = Some(Duration::from_secs_f64(timeout));
     let mut out = Sweeps {
@@ -543,7 +543,7 @@ async fn sweep(
     };
     for _ in 0..=sweeps {
         let start = Instant::now();
-        let outcomes = wool::fleet::sweep(&conns, &options).await?;
+        let outcomes = libwool::fleet::sweep(&conns, &options).await?;
         out.sweep_ns.push(nanos(start.elapsed()));
         let mut failed = 0;
         for e in outcomes.iter().filter_map(|o| o.as_ref().err()) {
@@ -561,16 +561,16 @@ async fn sweep(
 const CACHED_PER_FRESH: usize = 20;
 
 /// The anchor (as [`sweep`]: 1 cold + `reps` warm sweeps, at most as many polls in flight as
-/// the scaler's sweeps, 100), then a [`wool::scaler::Scaler`] on 127.0.0.1:0 in this process,
+/// the scaler's sweeps, 100), then a [`libwool::scaler::Scaler`] on 127.0.0.1:0 in this process,
 /// asked over one tonic `Channel` for the metric of the fleet `addrs` (KEDA's `targets`), one
 /// call at a time: `reps` calls with `maxSweepAge` 0 (each sweeps the whole fleet, over the
 /// scaler's own connections), then `CACHED_PER_FRESH * reps` with `maxSweepAge` 1h (each answered
 /// from the cached sweep); each kind after one untimed call (the first dials the scaler's
 /// connections). `idleThreshold` 0: every worker that answers is idle, so the metric is 0.
 async fn scaler(addrs: Vec<String>, reps: usize, timeout: f64) -> Result<ScalerCalls, BoxError> {
-    let in_flight = wool::fleet::SweepOptions::default().max_in_flight;
+    let in_flight = libwool::fleet::SweepOptions::default().max_in_flight;
     let anchor = sweep(addrs.clone(), in_flight, reps, timeout).await?;
-    let scaler = wool::scaler::Scaler::builder()
+    let scaler = libwool::scaler::Scaler::builder()
         .listen("127.0.0.1:0")
         .serve()
         .await?;
@@ -591,7 +591,7 @@ async fn scaler(addrs: Vec<String>, reps: usize, timeout: f64) -> Result<ScalerC
                 ("sweepTimeout".into(), format!("{timeout}")),
             ]),
         }),
-        metric_name: wool::scaler::METRIC_NAME.into(),
+        metric_name: libwool::scaler::METRIC_NAME.into(),
     };
     let mut calls = async |request: GetMetricsRequest, n: usize| {
         let mut tally = Tally::default();
@@ -645,7 +645,7 @@ fn discover(
     reps: usize,
     poll: Option<(String, usize)>,
 ) -> Result<Listings, BoxError> {
-    use wool::fleet::discovery::LocalDiscovery;
+    use libwool::fleet::discovery::LocalDiscovery;
     let mut counts = BTreeSet::new();
     let mut fresh_ns = Vec::with_capacity(reps.max(4) / 4);
     for _ in 0..reps.max(4) / 4 {
@@ -841,7 +841,7 @@ async fn raw_dispatch(client: &mut WorkerClient<Channel>, mut task: Task) -> Res
 
 /// The next response that carries a payload (frames with only a context are skipped).
 async fn next(
-    responses: &mut tonic::Streaming<wool::protocol::Response>,
+    responses: &mut tonic::Streaming<libwool::protocol::Response>,
     what: &str,
 ) -> Result<ResponsePayload, String> {
     loop {

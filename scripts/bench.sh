@@ -37,8 +37,8 @@ BIN="$OUT/bin"
 mkdir -p "$BIN" "$OUT/tmp"
 say() { printf '[bench.sh] %s\n' "$*" >&2; }
 
-say "building release artefacts (cargo build --release --bins --lib --features capi)"
-cargo build --release --bins --lib --features capi >&2
+say "building release artefacts (cargo build --release --workspace --bins --lib)"
+cargo build --release --workspace --bins --lib >&2
 say "building the Rust driver (cargo bench --no-run --bench wool_bench)"
 BENCH_BIN="$(cargo bench --no-run --bench wool_bench --message-format=json 2>/dev/null |
     python3 -c 'import json,sys

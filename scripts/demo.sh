@@ -28,7 +28,7 @@ TARGET_DIR="${TARGET_DIR:-$ROOT/target}"
 BUILD="$TARGET_DIR/debug"
 
 echo "== building libwool (libwool.so), wool-worker, woolctl, the burst example and the C host"
-cargo build --quiet --features capi --lib --bin wool-worker --bin woolctl --example burst
+cargo build --quiet --workspace --lib --bins --example burst
 mkdir -p "$BUILD/c-examples"
 "$CC" -std=c11 -Wall -Wextra -O2 -I include examples/c/poll_then_retire.c \
     -L "$BUILD" -lwool -Wl,-rpath,"$BUILD" -lm -o "$BUILD/c-examples/poll_then_retire"

@@ -32,7 +32,7 @@ for tool in go pkg-config; do
 done
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 PREFIX="$ROOT/target/prefix"
-cargo build --features capi --bin wool-worker
+cargo build -p libwool-capi -p wool-worker
 ./scripts/install.sh "$PREFIX"
 ./scripts/setup-venvs.sh >/dev/null
 

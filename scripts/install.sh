@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs libwool as a C library with cargo-c (`cargo cinstall`), the C ABI (`capi` feature) on:
+# Installs libwool as a C library with cargo-c (`cargo cinstall`), its C ABI package (capi/, `libwool-capi`):
 #   PREFIX/lib/libwool.so.X.Y.Z (SONAME libwool.so.X.Y for 0.x), its symlinks, libwool.a,
 #   PREFIX/lib/pkgconfig/wool.pc, PREFIX/include/wool.h (the checked-in cbindgen header).
 #
@@ -14,4 +14,4 @@ mkdir -p "$PREFIX"
 PREFIX="$(cd "$PREFIX" && pwd)"
 cd "$ROOT"
 "$ROOT/scripts/ensure-cargo-c.sh" >&2
-exec cargo cinstall --locked --prefix "$PREFIX" --libdir lib "$@"
+exec cargo cinstall --locked -p libwool-capi --prefix "$PREFIX" --libdir lib "$@"

@@ -52,7 +52,7 @@ run() { # name command...
 asan() {
     local target_dir="$ROOT/target/asan"
     # The library with ASan instrumentation (std as shipped: ASan needs no instrumented std).
-    RUSTFLAGS="-Zsanitizer=address" "${LEAN[@]}" cargo +nightly build --features capi --lib \
+    RUSTFLAGS="-Zsanitizer=address" "${LEAN[@]}" cargo +nightly build -p libwool-capi --lib \
         --target "$HOST" --target-dir "$target_dir" &&
         # The harness programs link that library and gcc's ASan runtime; leaks are checked at
         # each one's exit (LeakSanitizer), and any report makes it exit 23 (its test fails).
@@ -60,21 +60,21 @@ asan() {
             WOOL_C_FLAGS="-fsanitize=address -fno-omit-frame-pointer" \
             ASAN_OPTIONS="detect_leaks=1:exitcode=23:abort_on_error=0:detect_stack_use_after_return=1" \
             LSAN_OPTIONS="exitcode=23" \
-            cargo test --features capi --test c_api
+            cargo test -p libwool --test c_api
 }
 
 tsan() {
     RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" \
         TSAN_OPTIONS="suppressions=$ROOT/scripts/tsan.supp:second_deadlock_stack=1" \
         "${LEAN[@]}" cargo +nightly test -Zbuild-std --target "$HOST" --target-dir "$ROOT/target/tsan" \
-        --features capi --lib --test connection --test queue --test ffi_housekeeping \
+        -p libwool -p libwool-capi --lib --test connection --test queue --test ffi_housekeeping \
         --test rotation
 }
 
 miri() {
     # Isolation off: the idle clock reads the monotonic clock.
     MIRIFLAGS="-Zmiri-disable-isolation" "${LEAN[@]}" cargo +nightly miri test --target-dir "$ROOT/target/miri" \
-        --features capi --lib -- worker::idle connection::target ffi::last_error
+        -p libwool -p libwool-capi --lib -- worker::idle connection::target last_error::
 }
 
 for part in "${PARTS[@]}"; do

@@ -33,17 +33,17 @@ setup() {
         ./scripts/ensure-keda-client.sh >/dev/null &&
         # The C, Go and Python suites load libwool (with its C ABI, the `capi` feature) and run
         # wool-worker: build them first.
-        cargo build --features capi --lib --bins --examples
+        cargo build --workspace --lib --bins --examples
 }
 
 suite "setup (Wool venvs, build)" setup
 # Rust unit, integration, interop (real Wool), C harness and header tests.
 # shellcheck disable=SC2086
-suite "cargo test" cargo test --features capi --lib --bins --tests --examples ${CARGO_TEST_ARGS:-}
-suite "doc tests" cargo test --features capi --doc
+suite "cargo test" cargo test --workspace --lib --bins --tests --examples ${CARGO_TEST_ARGS:-}
+suite "doc tests" cargo test --workspace --doc
 suite "rustfmt (cargo fmt --check)" cargo fmt --check
-suite "clippy (warnings denied)" cargo clippy --features capi --all-targets -- -D warnings
-suite "rustdoc (warnings denied)" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features capi
+suite "clippy (warnings denied)" cargo clippy --workspace --all-targets -- -D warnings
+suite "rustdoc (warnings denied)" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
 suite "C harness under valgrind" ./scripts/valgrind-c.sh
 suite "C consumers of the installed library (pkg-config, CMake)" ./scripts/consumers-test.sh
 suite "Go binding (go test -race)" ./scripts/go-test.sh

@@ -21,8 +21,8 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use wool::worker::Worker;
-//! use wool::{Grace, WorkerConnection};
+//! use libwool::worker::Worker;
+//! use libwool::{Grace, WorkerConnection};
 //!
 //! let worker = Worker::builder()
 //!     .listen("127.0.0.1:0".parse()?) // port 0: any free port; or "unix:/run/w.sock"
@@ -43,10 +43,10 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let worker = wool::worker::Worker::builder().serve().await?;
+//! # let worker = libwool::worker::Worker::builder().serve().await?;
 //! # let address = worker.address().to_owned();
 //! use std::time::Duration;
-//! use wool::{ErrorKind, Grace, WorkerConnection};
+//! use libwool::{ErrorKind, Grace, WorkerConnection};
 //!
 //! let connection = WorkerConnection::new(&address)?; // no I/O yet
 //! let threshold = 0.0; // seconds; a real host would use minutes
@@ -67,21 +67,26 @@
 
 #![deny(missing_docs)]
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod connection;
-#[cfg(feature = "capi")]
-pub mod ffi;
 pub mod fleet;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod grace;
-mod process;
+/// Fork-aware process-wide state, shared with the C ABI's runtime (`libwool-capi`); not a
+/// stable API.
+#[doc(hidden)]
+pub mod process;
 #[cfg(feature = "protocol")]
 pub mod protocol;
 #[cfg(not(feature = "protocol"))]
 mod protocol;
+#[cfg(feature = "scaler")]
 pub mod scaler;
 mod tls;
+#[cfg(feature = "worker")]
 pub mod worker;
 
 pub use connection::{Error, ErrorKind, WorkerConnection, WorkerCredentials};

@@ -22,7 +22,7 @@ extern "C" fn child_after_fork() {
 }
 
 /// This process's fork generation (see [`GENERATION`]).
-pub(crate) fn generation() -> u64 {
+pub fn generation() -> u64 {
     if !REGISTERED.load(Ordering::Relaxed) && !REGISTERED.swap(true, Ordering::AcqRel) {
         // SAFETY: registers a handler that only changes an atomic.
         unsafe { libc::pthread_atfork(None, None, Some(child_after_fork)) };
@@ -32,7 +32,7 @@ pub(crate) fn generation() -> u64 {
 
 /// A value made at most once per process (see the module docs). Lock-free, so a child never
 /// waits on a lock a vanished thread of its parent held.
-pub(crate) struct PerProcess<T> {
+pub struct PerProcess<T> {
     slot: AtomicPtr<Stamped<T>>,
 }
 
@@ -43,15 +43,14 @@ struct Stamped<T> {
 
 impl<T> PerProcess<T> {
     /// An empty slot.
-    pub(crate) const fn new() -> Self {
+    pub const fn new() -> Self {
         Self {
             slot: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
 
     /// This process's value, if it has made one.
-    #[cfg_attr(not(feature = "capi"), allow(dead_code))] // the C ABI's runtime uses it
-    pub(crate) fn get(&'static self) -> Option<&'static T> {
+    pub fn get(&'static self) -> Option<&'static T> {
         let generation = generation();
         // SAFETY: a non-null pointer in the slot came from `Box::into_raw` below and is never
         // freed (values are 'static; a replaced one is leaked on purpose).
@@ -63,7 +62,7 @@ impl<T> PerProcess<T> {
     /// This process's value, made by `init` on first use in this process. If two threads race
     /// to make it, one value wins and the other is dropped; `installed` runs once, for the
     /// winner.
-    pub(crate) fn get_or_try_init<E>(
+    pub fn get_or_try_init<E>(
         &'static self,
         init: impl FnOnce() -> Result<T, E>,
         installed: impl FnOnce(&'static T),

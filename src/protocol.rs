@@ -27,6 +27,7 @@ pub const PROTOCOL_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// KEDA's external scaler contract (`package externalscaler`), served by
 /// [`scaler`](crate::scaler).
+#[cfg(feature = "scaler")]
 pub mod externalscaler {
     tonic::include_proto!("externalscaler");
 

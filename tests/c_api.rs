@@ -18,11 +18,11 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::{hostile, library_dir, Pki, WorkerProcess};
-use wool::ffi::{
+use wool::{
     wool_connect, wool_connection, wool_free, wool_idle, wool_last_error, wool_last_rpc_code,
     wool_status, wool_stop,
 };
-use wool::WorkerConnection;
+use libwool::WorkerConnection;
 
 // ---- building and running the C programs ----------------------------------------------------
 
@@ -227,7 +227,7 @@ fn dispatch_sleep(
     runtime: &tokio::runtime::Runtime,
     address: &str,
     seconds: f64,
-) -> tokio::task::JoinHandle<Result<Vec<u8>, wool::Error>> {
+) -> tokio::task::JoinHandle<Result<Vec<u8>, libwool::Error>> {
     let worker = std::sync::Arc::new(WorkerConnection::new(address).unwrap());
     let dispatcher = std::sync::Arc::clone(&worker);
     let task = runtime.spawn(async move {

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{unused_local_address, Pki};
-use wool::connection::{ErrorKind, WorkerConnection, WorkerCredentials};
-use wool::worker::{RoutineRegistry, ServerCredentials, Worker, WorkerHandle};
-use wool::Grace;
+use libwool::connection::{ErrorKind, WorkerConnection, WorkerCredentials};
+use libwool::worker::{RoutineRegistry, ServerCredentials, Worker, WorkerHandle};
+use libwool::Grace;
 
 const SECOND: Option<Duration> = Some(Duration::from_secs(5));
 
@@ -51,7 +51,7 @@ async fn start_sleepers(
     worker: &WorkerHandle,
     n: usize,
     seconds: &str,
-) -> Vec<tokio::task::JoinHandle<Result<Vec<u8>, wool::Error>>> {
+) -> Vec<tokio::task::JoinHandle<Result<Vec<u8>, libwool::Error>>> {
     let conn = Arc::new(WorkerConnection::new(worker.address()).unwrap());
     let tasks = (0..n)
         .map(|_| {
@@ -369,7 +369,7 @@ async fn given_bad_input_then_invalid_argument_before_any_io() {
     assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{error}");
     for seconds in [0.0, -1.0, f64::NAN] {
         assert_eq!(
-            wool::connection::timeout_from_seconds(seconds)
+            wool::timeout_from_seconds(seconds)
                 .unwrap_err()
                 .kind(),
             ErrorKind::InvalidArgument
@@ -504,10 +504,10 @@ async fn given_deadlines_too_long_for_grpc_timeout_header_then_calls_still_work(
     let worker = reference_worker().await;
     let conn = WorkerConnection::new(worker.address()).unwrap();
     for seconds in [3.6e11, 1e12, 1e18] {
-        let timeout = wool::connection::timeout_from_seconds(seconds).unwrap();
+        let timeout = wool::timeout_from_seconds(seconds).unwrap();
         assert!(conn.idle(timeout).await.unwrap() >= 0.0, "{seconds}");
     }
-    let error = wool::connection::timeout_from_seconds(1e300).unwrap_err();
+    let error = wool::timeout_from_seconds(1e300).unwrap_err();
     assert!(error.message().len() < 100, "{error}");
 }
 
@@ -693,7 +693,7 @@ async fn given_a_tls_client_and_a_plaintext_worker_then_handshake_at_once_naming
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_an_answer_over_the_receive_limit_then_transient_resource_exhausted() {
     let worker = reference_worker().await;
-    let mut options = wool::connection::ChannelOptions::default();
+    let mut options = libwool::connection::ChannelOptions::default();
     options.max_receive_message_bytes = 4; // an Idle message is 9 bytes
     let conn = WorkerConnection::with_options(worker.address(), None, options).unwrap();
     let error = conn.idle(SECOND).await.unwrap_err();

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use common::netns::{link_or_skip, Link};
 use common::{unique_namespace, WoolPool, WorkerProcess};
-use wool::connection::{ChannelOptions, Peers};
-use wool::fleet::discovery::{
+use libwool::connection::{ChannelOptions, Peers};
+use libwool::fleet::discovery::{
     admit, DiscoveredWorker, DiscoveryEvent, LanDiscovery, LocalDiscovery, Refusal,
 };
-use wool::fleet::{retire, sweep, Reason, RetirePolicy, SweepOptions};
-use wool::Grace;
-use wool::{ErrorKind, WorkerConnection};
+use libwool::fleet::{retire, sweep, Reason, RetirePolicy, SweepOptions};
+use libwool::Grace;
+use libwool::{ErrorKind, WorkerConnection};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -64,7 +64,7 @@ enum Expect {
 
 /// Takes events until `count` distinct workers joined (or left); updates are allowed between,
 /// anything else fails the test. The uids seen.
-fn collect(watch: &wool::fleet::Watch, count: usize, expect: Expect) -> BTreeSet<uuid::Uuid> {
+fn collect(watch: &libwool::fleet::Watch, count: usize, expect: Expect) -> BTreeSet<uuid::Uuid> {
     let mut seen = BTreeSet::new();
     while seen.len() < count {
         match (
@@ -212,7 +212,7 @@ fn until_busy(runtime: &tokio::runtime::Runtime, worker: &WorkerConnection) {
 
 /// One run of the race: a worker idle past the threshold is decided for retirement, then a
 /// task reaches it before the stop; returns the task's outcome and the stop's.
-fn task_between_poll_and_stop(grace: Grace) -> (Result<Vec<u8>, wool::Error>, Decision) {
+fn task_between_poll_and_stop(grace: Grace) -> (Result<Vec<u8>, libwool::Error>, Decision) {
     let mut worker = WorkerProcess::plaintext();
     let runtime = runtime();
     let connection = WorkerConnection::new(&worker.address).unwrap();
@@ -250,7 +250,7 @@ fn task_between_poll_and_stop(grace: Grace) -> (Result<Vec<u8>, wool::Error>, De
     (outcome, decisions.remove(0))
 }
 
-use wool::fleet::Decision;
+use libwool::fleet::Decision;
 
 /// Given a worker decided idle, when a task reaches it between the poll and the stop, then with
 /// a positive grace the task finishes and its caller gets the result (the stop drains it), and

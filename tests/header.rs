@@ -7,14 +7,14 @@ use std::path::Path;
 
 const REGENERATE: &str = "WOOL_UPDATE_HEADER=1 cargo test --test header";
 
-/// The header as cbindgen generates it now from `src/ffi/` and `cbindgen.toml`, with enum tags.
+/// The header as cbindgen generates it now from `capi/src/` and `cbindgen.toml`, with enum tags.
 fn generate() -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let config = cbindgen::Config::from_file(root.join("cbindgen.toml"))
         .expect("cbindgen.toml is readable and valid");
     let bindings = cbindgen::Builder::new()
         .with_config(config)
-        .with_src(root.join("src/ffi/mod.rs"))
+        .with_src(root.join("capi/src/lib.rs"))
         .generate()
         .expect("cbindgen generates the header");
     let mut header = Vec::new();
@@ -24,7 +24,7 @@ fn generate() -> String {
     ))
 }
 
-/// The version macros, from Cargo.toml's version, put after the system includes: what a C
+/// The version macros, from the packages' version (libwool and libwool-capi share it), put after the system includes: what a C
 /// program was compiled against (wool_version() tells what it runs against).
 fn with_version_macros(header: &str) -> String {
     let [major, minor, patch] = [

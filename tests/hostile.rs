@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::hostile::{self, FakeWorker};
 use tonic::Code;
-use wool::connection::{ChannelOptions, ErrorKind, WorkerConnection, WorkerCredentials};
-use wool::Grace;
+use libwool::connection::{ChannelOptions, ErrorKind, WorkerConnection, WorkerCredentials};
+use libwool::Grace;
 
 /// The deadline every call here is given.
 const DEADLINE: Duration = Duration::from_secs(2);
@@ -28,7 +28,7 @@ enum Rpc {
 
 /// Calls `rpc` with [`DEADLINE`] and requires it to fail within the deadline plus [`MARGIN`],
 /// with a non-empty message; prints what it came to. The error.
-async fn failure(what: &str, conn: &WorkerConnection, rpc: Rpc) -> wool::Error {
+async fn failure(what: &str, conn: &WorkerConnection, rpc: Rpc) -> libwool::Error {
     failure_within(what, conn, rpc, DEADLINE).await
 }
 
@@ -38,7 +38,7 @@ async fn failure_within(
     conn: &WorkerConnection,
     rpc: Rpc,
     deadline: Duration,
-) -> wool::Error {
+) -> libwool::Error {
     let started = Instant::now();
     let result = match rpc {
         Rpc::Idle => conn.idle(Some(deadline)).await.map(|s| format!("{s} s")),
@@ -77,7 +77,7 @@ async fn expect(
     rpc: Rpc,
     kind: ErrorKind,
     code: Code,
-) -> wool::Error {
+) -> libwool::Error {
     let error = failure(what, conn, rpc).await;
     assert_eq!(
         (error.kind(), error.code()),
@@ -93,7 +93,7 @@ async fn expect_each(
     conn: &WorkerConnection,
     kind: ErrorKind,
     code: Code,
-) -> Vec<wool::Error> {
+) -> Vec<libwool::Error> {
     let mut errors = Vec::new();
     for rpc in [Rpc::Idle, Rpc::Stop] {
         errors.push(expect(what, conn, rpc, kind, code).await);

@@ -14,9 +14,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{Pki, WorkerProcess};
-use wool::connection::{ErrorKind, WorkerConnection, WorkerCredentials};
-use wool::ffi::{self, wool_status};
-use wool::Grace;
+use libwool::connection::{ErrorKind, WorkerConnection, WorkerCredentials};
+use wool::{self as ffi, wool_status};
+use libwool::Grace;
 
 const TIMEOUT: Option<Duration> = Some(Duration::from_secs(10));
 
@@ -427,7 +427,7 @@ fn given_wools_ping_policy_then_our_keepalive_never_gets_the_connection_closed()
             .collect()
     };
     let keepalive = |max_pings_without_data: u32| {
-        let mut options = wool::connection::ChannelOptions::default();
+        let mut options = libwool::connection::ChannelOptions::default();
         // A margin over the 1 s floor for scheduling.
         options.keepalive_interval = Some(Duration::from_millis(1250));
         options.keepalive_timeout = Duration::from_secs(5);

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::netns::{link_or_skip, Link};
 use common::{port_of, worker_side_sockets, WorkerProcess, TCP_CLOSE_WAIT, TCP_ESTABLISHED};
-use wool::connection::{ChannelOptions, ErrorKind, WorkerConnection};
-use wool::ffi::{self, wool_status};
+use libwool::connection::{ChannelOptions, ErrorKind, WorkerConnection};
+use wool::{self as ffi, wool_status};
 
 /// Keepalive 1 s / 1 s: a silent worker is given up on after about 2 s.
 fn short_keepalive() -> ChannelOptions {

@@ -10,8 +10,8 @@ use common::{Pki, WorkerProcess};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
-use wool::Grace;
-use wool::WorkerConnection;
+use libwool::Grace;
+use libwool::WorkerConnection;
 
 const WORKER_SERVICE: &str = "wool.runtime.protobuf.wire.Worker";
 
@@ -281,7 +281,7 @@ fn metrics_scrapes_show_tasks_polls_and_the_stop_state() {
 #[test]
 fn an_embedded_worker_gives_its_metrics_text() {
     runtime().block_on(async {
-        let worker = wool::worker::Worker::builder().serve().await.unwrap();
+        let worker = libwool::worker::Worker::builder().serve().await.unwrap();
         let connection = WorkerConnection::new(worker.address()).unwrap();
         connection.idle(Some(Duration::from_secs(5))).await.unwrap();
         let text = worker.metrics_text();
@@ -456,14 +456,14 @@ fn a_start_that_fails_closes_the_side_ports_it_opened() {
         let taken_address = taken.local_addr().unwrap().to_string();
 
         let health = common::unused_local_address();
-        let error = wool::worker::Worker::builder()
+        let error = libwool::worker::Worker::builder()
             .listen(taken_address.parse().unwrap())
             .health_listen(health.clone())
             .serve()
             .await
             .expect_err("the main address is taken");
         assert!(
-            matches!(error, wool::worker::WorkerError::Bind { .. }),
+            matches!(error, libwool::worker::WorkerError::Bind { .. }),
             "{error}"
         );
         assert!(
@@ -472,7 +472,7 @@ fn a_start_that_fails_closes_the_side_ports_it_opened() {
         );
 
         let health = common::unused_local_address();
-        let error = wool::scaler::Scaler::builder()
+        let error = libwool::scaler::Scaler::builder()
             .listen("127.0.0.1:0")
             .health_listen(health.clone())
             .metrics_listen(taken_address.clone())
@@ -480,7 +480,7 @@ fn a_start_that_fails_closes_the_side_ports_it_opened() {
             .await
             .expect_err("the metrics address is taken");
         assert!(
-            matches!(error, wool::scaler::ScalerError::Bind { .. }),
+            matches!(error, libwool::scaler::ScalerError::Bind { .. }),
             "{error}"
         );
         assert!(

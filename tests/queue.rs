@@ -6,7 +6,7 @@ mod common;
 use std::ffi::CString;
 use std::time::{Duration, Instant};
 
-use wool::ffi::{self, wool_completion, wool_status};
+use wool::{self as ffi, wool_completion, wool_status};
 
 /// A worker whose `idle` never answers and reports, through `dropped`, when its handler is
 /// dropped (the client reset the stream).

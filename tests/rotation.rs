@@ -15,9 +15,9 @@ use common::{
     client_mutual, expect_log_line, new_ca, new_leaf, new_leaf_for, port_of, replace_file,
     worker_side_sockets, Leaf, WorkerProcess, TCP_ESTABLISHED,
 };
-use wool::connection::ChannelOptions;
-use wool::worker::{CredentialReload, RoutineRegistry, ServerCredentialFiles, Worker};
-use wool::{ErrorKind, WorkerConnection, WorkerCredentials};
+use libwool::connection::ChannelOptions;
+use libwool::worker::{CredentialReload, RoutineRegistry, ServerCredentialFiles, Worker};
+use libwool::{ErrorKind, WorkerConnection, WorkerCredentials};
 
 /// One side's credential files (the CA it trusts, its certificate and key), in a directory of
 /// their own.

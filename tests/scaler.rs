@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::{WoolPool, WorkerProcess};
 use serde_json::Value;
-use wool::WorkerConnection;
+use libwool::WorkerConnection;
 
 /// A `wool-scaler` process, SIGKILLed on drop if still running.
 struct ScalerProcess {
@@ -33,7 +33,7 @@ impl ScalerProcess {
     /// Started with `args`; KEDA's client then runs with `client_args`.
     fn start_with(args: &[String], client_args: &[String]) -> Self {
         let metrics = common::unused_local_address();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_wool-scaler"))
+        let mut child = Command::new(common::program("wool-scaler"))
             .args(["--listen", "127.0.0.1:0", "--metrics-listen", &metrics])
             .args(args)
             .env("RUST_LOG", "info")
@@ -623,8 +623,8 @@ fn the_scaler_serves_mutual_tls_to_keda_with_a_plaintext_health_port() {
 /// it) is refused at once and the scaler keeps answering.
 #[test]
 fn calls_and_streams_share_sweeps_and_hostile_paths_are_refused() {
-    use wool::protocol::externalscaler::external_scaler_client::ExternalScalerClient;
-    use wool::protocol::externalscaler::{GetMetricsRequest, ScaledObjectRef};
+    use libwool::protocol::externalscaler::external_scaler_client::ExternalScalerClient;
+    use libwool::protocol::externalscaler::{GetMetricsRequest, ScaledObjectRef};
 
     let worker_metrics = common::unused_local_address();
     let worker = WorkerProcess::spawn(&["--metrics-listen".into(), worker_metrics.clone()]);
@@ -689,7 +689,7 @@ fn calls_and_streams_share_sweeps_and_hostile_paths_are_refused() {
                 let answer = client
                     .get_metrics(GetMetricsRequest {
                         scaled_object_ref: Some(reference),
-                        metric_name: wool::scaler::METRIC_NAME.into(),
+                        metric_name: libwool::scaler::METRIC_NAME.into(),
                     })
                     .await
                     .map(|a| a.into_inner().metric_values[0].metric_value_float);
@@ -734,8 +734,8 @@ fn reference(
     namespace: &str,
     name: &str,
     meta: &[(&str, &str)],
-) -> wool::protocol::externalscaler::ScaledObjectRef {
-    wool::protocol::externalscaler::ScaledObjectRef {
+) -> libwool::protocol::externalscaler::ScaledObjectRef {
+    libwool::protocol::externalscaler::ScaledObjectRef {
         name: name.into(),
         namespace: namespace.into(),
         scaler_metadata: meta
@@ -764,14 +764,14 @@ async fn scaler_channels(address: &str, count: usize) -> Vec<tonic::transport::C
 /// GetMetrics for `reference` over `channel`: the metric, or the status.
 async fn get_metrics(
     channel: &tonic::transport::Channel,
-    reference: wool::protocol::externalscaler::ScaledObjectRef,
+    reference: libwool::protocol::externalscaler::ScaledObjectRef,
 ) -> Result<f64, tonic::Status> {
-    use wool::protocol::externalscaler::external_scaler_client::ExternalScalerClient;
-    use wool::protocol::externalscaler::GetMetricsRequest;
+    use libwool::protocol::externalscaler::external_scaler_client::ExternalScalerClient;
+    use libwool::protocol::externalscaler::GetMetricsRequest;
     ExternalScalerClient::new(channel.clone())
         .get_metrics(GetMetricsRequest {
             scaled_object_ref: Some(reference),
-            metric_name: wool::scaler::METRIC_NAME.into(),
+            metric_name: libwool::scaler::METRIC_NAME.into(),
         })
         .await
         .map(|answer| answer.into_inner().metric_values[0].metric_value_float)
@@ -781,10 +781,10 @@ async fn get_metrics(
 /// open while held) or each refusal's status.
 async fn open_streams(
     channels: &[tonic::transport::Channel],
-    references: Vec<wool::protocol::externalscaler::ScaledObjectRef>,
-) -> Vec<Result<tonic::Streaming<wool::protocol::externalscaler::IsActiveResponse>, tonic::Status>>
+    references: Vec<libwool::protocol::externalscaler::ScaledObjectRef>,
+) -> Vec<Result<tonic::Streaming<libwool::protocol::externalscaler::IsActiveResponse>, tonic::Status>>
 {
-    use wool::protocol::externalscaler::external_scaler_client::ExternalScalerClient;
+    use libwool::protocol::externalscaler::external_scaler_client::ExternalScalerClient;
     let opens = references.into_iter().enumerate().map(|(i, reference)| {
         let mut client = ExternalScalerClient::new(channels[i % channels.len()].clone());
         async move {

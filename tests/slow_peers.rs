@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::{client_mutual, Pki, WorkerProcess};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
-use wool::connection::{ChannelOptions, WorkerConnection, WorkerCredentials};
+use libwool::connection::{ChannelOptions, WorkerConnection, WorkerCredentials};
 
 /// Silent connections each test holds open.
 const SILENT: usize = 500;
@@ -59,7 +59,7 @@ async fn closed_within(streams: Vec<TcpStream>, limit: Duration) -> (usize, Dura
 async fn timed_poll(
     address: &str,
     credentials: Option<WorkerCredentials>,
-) -> (Result<f64, wool::Error>, Duration) {
+) -> (Result<f64, libwool::Error>, Duration) {
     timed_poll_on_channel(address, credentials, 60).await
 }
 
@@ -69,7 +69,7 @@ async fn timed_poll_on_channel(
     address: &str,
     credentials: Option<WorkerCredentials>,
     channel: u64,
-) -> (Result<f64, wool::Error>, Duration) {
+) -> (Result<f64, libwool::Error>, Duration) {
     let mut options = ChannelOptions::default();
     options.connect_timeout = Some(Duration::from_secs(channel));
     let connection = WorkerConnection::with_options(address, credentials, options).unwrap();
@@ -304,7 +304,7 @@ async fn silent_connections_from_the_callers_own_address_do_not_lock_it_out() {
 // is closed at once and the 20 are kept: connections that carry dispatches are never displaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_cap_newcomers_displace_silent_connections_never_established_ones() {
-    let worker = wool::worker::Worker::builder()
+    let worker = libwool::worker::Worker::builder()
         .max_connections(20)
         .serve()
         .await
@@ -326,10 +326,10 @@ async fn at_the_cap_newcomers_displace_silent_connections_never_established_ones
         "the poll at the cap failed after {took:?}: {result:?}"
     );
     drop((newcomers, rest));
-    worker.stop(wool::Grace::None).await;
+    worker.stop(libwool::Grace::None).await;
 
     // A worker of the same cap whose every place is taken by an established connection.
-    let worker = wool::worker::Worker::builder()
+    let worker = libwool::worker::Worker::builder()
         .max_connections(20)
         .serve()
         .await
@@ -356,7 +356,7 @@ async fn at_the_cap_newcomers_displace_silent_connections_never_established_ones
             "an established connection was displaced"
         );
     }
-    worker.stop(wool::Grace::None).await;
+    worker.stop(libwool::Grace::None).await;
 }
 
 /// One health check on a connection of its own: the status answered.
@@ -382,7 +382,7 @@ async fn health_check(address: &str) -> Result<i32, String> {
 // closed at the preface deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_health_port_answers_probes_through_silent_and_idle_connections() {
-    let worker = wool::worker::Worker::builder()
+    let worker = libwool::worker::Worker::builder()
         .health_listen("127.0.0.1:0")
         .serve()
         .await
@@ -419,14 +419,14 @@ async fn the_health_port_answers_probes_through_silent_and_idle_connections() {
         displaced >= 1,
         "the check's connection displaced no idle one"
     );
-    worker.stop(wool::Grace::None).await;
+    worker.stop(libwool::Grace::None).await;
 }
 
 // ---- the metrics endpoint ------------------------------------------------------------------
 
 /// A worker serving metrics on 127.0.0.1, in process; the metrics address.
-async fn worker_with_metrics() -> (wool::worker::WorkerHandle, String) {
-    let worker = wool::worker::Worker::builder()
+async fn worker_with_metrics() -> (libwool::worker::WorkerHandle, String) {
+    let worker = libwool::worker::Worker::builder()
         .metrics_listen("127.0.0.1:0")
         .serve()
         .await

@@ -7,8 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::hostile;
-use wool::connection::{ErrorKind, WorkerConnection};
-use wool::fleet::{sweep, SweepOptions};
+use libwool::connection::{ErrorKind, WorkerConnection};
+use libwool::fleet::{sweep, SweepOptions};
 
 /// Megabytes each hostile endpoint answers with.
 const ANSWER_MIB: u32 = 50;

@@ -5,8 +5,8 @@ mod common;
 use std::time::Duration;
 
 use common::{Pki, WorkerProcess};
-use wool::connection::{WorkerConnection, WorkerCredentials};
-use wool::Grace;
+use libwool::connection::{WorkerConnection, WorkerCredentials};
+use libwool::Grace;
 
 const TIMEOUT: Option<Duration> = Some(Duration::from_secs(5));
 

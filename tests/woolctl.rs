@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::{unique_namespace, Pki, WoolPool, WorkerProcess};
 
 fn woolctl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_woolctl"))
+    Command::new(common::program("woolctl"))
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -217,7 +217,7 @@ fn discover_sweep_and_reap_a_wool_pool_by_namespace() {
 #[test]
 fn discover_watch_prints_joins_until_terminated() {
     let namespace = unique_namespace("watch");
-    let mut watch = Command::new(env!("CARGO_BIN_EXE_woolctl"))
+    let mut watch = Command::new(common::program("woolctl"))
         .args(["discover", &namespace, "--watch", "--output", "json"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -304,7 +304,7 @@ fn a_slow_sweep_on_a_terminal_shows_progress_on_stderr() {
     let out = tempfile::NamedTempFile::new().unwrap();
     let command = format!(
         "{} sweep --rpc-timeout 2s {} {} > {}",
-        env!("CARGO_BIN_EXE_woolctl"),
+        common::program("woolctl").display(),
         frozen.address,
         live.address,
         out.path().display()
@@ -331,7 +331,7 @@ fn a_slow_sweep_on_a_terminal_shows_progress_on_stderr() {
 #[test]
 fn reap_with_an_interval_runs_rounds_until_terminated() {
     let mut worker = WorkerProcess::plaintext();
-    let reap = Command::new(env!("CARGO_BIN_EXE_woolctl"))
+    let reap = Command::new(common::program("woolctl"))
         .args([
             "reap",
             "--idle-over",
@@ -381,7 +381,7 @@ fn reap_with_an_interval_runs_rounds_until_terminated() {
 #[test]
 fn a_signal_in_the_middle_of_a_reap_round_ends_the_loop() {
     let frozen = WorkerProcess::plaintext();
-    let reap = Command::new(env!("CARGO_BIN_EXE_woolctl"))
+    let reap = Command::new(common::program("woolctl"))
         .args([
             "reap",
             "--idle-over",
@@ -429,7 +429,7 @@ fn results_that_cannot_be_written_fail_the_run() {
         .write(true)
         .open("/dev/full")
         .unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_woolctl"))
+    let output = Command::new(common::program("woolctl"))
         .args(["idle", &worker.address])
         .stdin(Stdio::null())
         .stdout(full)

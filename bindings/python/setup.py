@@ -1,7 +1,7 @@
 """Build hook of the libwool Python package: bundle libwool's shared library in the wheel.
 
 The package itself is pure Python (ctypes); the only thing built is libwool's C ABI, the
-cdylib of the repository's one Rust crate (../../Cargo.toml, feature `capi`), which lands in
+cdylib of the repository's C ABI package (../../capi/Cargo.toml, `libwool-capi`), which lands in
 the wheel as ``libwool/_libwool.abi3.so`` (``.pyd`` on Windows) and is what ``import libwool``
 loads unless LIBWOOL_PATH says otherwise.
 
@@ -12,10 +12,12 @@ Why setuptools-rust (with ``Binding.NoBinding``) rather than maturin:
   a cffi module: a runtime dependency on cffi and a second binding beside this one), uniffi,
   and bin (executables). There is no ``cdylib`` kind. setuptools-rust's ``NoBinding`` is
   exactly "build the cdylib, copy it into the package".
-* The crate stays where it is, the repository's one crate at the root, with no Python
-  manifest, workspace member or build script added to it: setuptools-rust is given
-  ``../../Cargo.toml`` as a path and runs ``cargo rustc --lib --crate-type cdylib
-  --features capi`` on it, in that crate's own directory and target directory.
+* The package stays where it is, the workspace's C ABI package, with no Python manifest,
+  workspace member or build script added to it: setuptools-rust is given
+  ``../../capi/Cargo.toml`` as a path and runs ``cargo rustc --lib --crate-type cdylib``
+  on it, in the workspace's target directory.
+* The bundled library is stripped of its symbols (``Strip.All``: what hosts load needs only
+  the exported ``wool_*`` ones); the unstripped library stays in ``target/``.
 * Build time: both just run cargo. setuptools-rust builds only the cdylib (no rlib or
   staticlib) and, like cargo, puts it in the crate's own target directory (the repository's
   ``target/``, or $CARGO_TARGET_DIR), so a second install, or one after a cargo build of
@@ -36,10 +38,10 @@ import sys
 from pathlib import Path
 
 from setuptools import setup
-from setuptools_rust import Binding, RustExtension
+from setuptools_rust import Binding, RustExtension, Strip
 
 HERE = Path(__file__).resolve().parent
-CARGO_TOML = HERE.parents[1] / "Cargo.toml"  # bindings/python -> the repository root
+CARGO_TOML = HERE.parents[1] / "capi" / "Cargo.toml"  # bindings/python -> the C ABI package
 
 if not CARGO_TOML.is_file():
     sys.exit(
@@ -67,7 +69,7 @@ setup(
             "libwool._libwool",
             path=str(CARGO_TOML),
             binding=Binding.NoBinding,
-            features=["capi"],
+            strip=Strip.All,
         )
     ],
     options={"bdist_wheel": {"py_limited_api": "cp39"}},

@@ -12,7 +12,7 @@ Exit status: 0 once the worker was retired; 1 on any other failure; 2 for bad us
 The libwool package is the installed one, else (none installed) this checkout's
 bindings/python. The library is found by libwool.load: --libwool PATH, else $LIBWOOL_PATH,
 else the copy bundled in the installed package, else this repository's target/release or
-target/debug build (`cargo build --lib --features capi`).
+target/debug build (`cargo build -p libwool-capi`).
 """
 
 from __future__ import annotations

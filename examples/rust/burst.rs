@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use wool::WorkerConnection;
+use libwool::WorkerConnection;
 
 /// Wall-clock time of day, UTC, with milliseconds: `14:03:07.250`.
 fn timestamp() -> String {

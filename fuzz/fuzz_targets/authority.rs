@@ -12,8 +12,8 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let (cuts, stream) = rest.split_at(usize::from(count).min(rest.len()));
-    let pieces = wool::fuzzing::rewrite_authority(stream, cuts);
-    let whole = wool::fuzzing::rewrite_authority(stream, &[]);
+    let pieces = libwool::fuzzing::rewrite_authority(stream, cuts);
+    let whole = libwool::fuzzing::rewrite_authority(stream, &[]);
     assert_eq!(
         pieces, whole,
         "the rewrite depends on how the stream was cut"

@@ -13,7 +13,7 @@ use std::ptr;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use wool::ffi::*;
+use wool::*;
 
 /// Where every call that does I/O goes: refused at once, whatever the timeout.
 const NOWHERE: &str = "unix:/nonexistent-wool-fuzz/worker.sock";

@@ -9,8 +9,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use wool::connection::ErrorKind;
-use wool::WorkerCredentials;
+use libwool::connection::ErrorKind;
+use libwool::WorkerCredentials;
 
 const SEPARATOR: &[u8] = b"\n--8<--\n";
 
@@ -48,5 +48,5 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let client_ca = (flags & 16 != 0).then(|| field(0));
-    wool::fuzzing::server_credentials(field(2), field(1), client_ca);
+    libwool::fuzzing::server_credentials(field(2), field(1), client_ca);
 });

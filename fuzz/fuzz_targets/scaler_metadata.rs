@@ -1,5 +1,5 @@
 //! The scaler's `scalerMetadata` reader on any map of strings: an answer within every
-//! documented bound or `INVALID_ARGUMENT`, never a panic (see `wool::fuzzing::scaler_metadata`).
+//! documented bound or `INVALID_ARGUMENT`, never a panic (see `libwool::fuzzing::scaler_metadata`).
 //! The input is text, one `key=value` entry a line (a line without `=` is a key with an empty
 //! value), so that the corpus reads as metadata and mutations recombine real keys.
 #![no_main]
@@ -14,5 +14,5 @@ fuzz_target!(|text: &str| {
             None => (line.to_owned(), String::new()),
         })
         .collect();
-    let _ = wool::fuzzing::scaler_metadata(&pairs);
+    let _ = libwool::fuzzing::scaler_metadata(&pairs);
 });

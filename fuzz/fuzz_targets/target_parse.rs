@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use wool::connection::{ErrorKind, Target};
+use libwool::connection::{ErrorKind, Target};
 
 fuzz_target!(|text: &str| {
     match Target::parse(text) {

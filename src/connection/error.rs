@@ -81,7 +81,9 @@ pub(crate) enum Call {
 }
 
 impl Error {
-    pub(crate) fn new(kind: ErrorKind, code: Option<Code>, message: impl Into<String>) -> Self {
+    /// An error of `kind`, with the gRPC status code that caused it if any: for code that
+    /// reports its own failures in this type (the C ABI's queue and runtime do).
+    pub fn new(kind: ErrorKind, code: Option<Code>, message: impl Into<String>) -> Self {
         Self {
             kind,
             code,

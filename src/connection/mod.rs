@@ -6,10 +6,10 @@
 //! started than the worker accepts streams, they queue on the channel.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), wool::connection::Error> {
+//! # async fn demo() -> Result<(), libwool::connection::Error> {
 //! use std::time::Duration;
-//! use wool::connection::WorkerConnection;
-//! use wool::Grace;
+//! use libwool::connection::WorkerConnection;
+//! use libwool::Grace;
 //! let worker = WorkerConnection::new("127.0.0.1:50051")?;
 //! let idle = worker.idle(Some(Duration::from_secs(2))).await?;
 //! if idle > 300.0 {
@@ -36,7 +36,7 @@ use tokio_stream::wrappers::ReceiverStream;
 pub use credentials::{Peers, WorkerCredentials, CREDENTIAL_RELOAD_INTERVAL};
 use error::Call;
 pub use error::{Error, ErrorKind};
-pub use pool::{pooled_channels, UNUSED_CHANNEL_TTL};
+pub use pool::UNUSED_CHANNEL_TTL;
 use pool::{ChannelLease, PoolKey};
 pub use target::Target;
 
@@ -167,26 +167,6 @@ impl ChannelOptions {
             max_pings_without_data: self.max_pings_without_data,
         })
     }
-}
-
-/// Turns a timeout in seconds (as C, Go and Python hosts pass it) into a call deadline:
-/// positive finite → that long; `+∞` → no deadline (`None`).
-///
-/// Errors: [`ErrorKind::InvalidArgument`] for 0, negative or NaN.
-pub fn timeout_from_seconds(seconds: f64) -> Result<Option<Duration>, Error> {
-    if seconds.is_nan() || seconds <= 0.0 {
-        return Err(Error::invalid_argument(format!(
-            "timeout must be positive seconds or infinity, got {seconds}"
-        )));
-    }
-    if seconds == f64::INFINITY {
-        return Ok(None);
-    }
-    Duration::try_from_secs_f64(seconds).map(Some).map_err(|_| {
-        Error::invalid_argument(format!(
-            "timeout of {seconds:.3e} s is too large; use infinity"
-        ))
-    })
 }
 
 /// A client for one worker (Wool's `WorkerConnection`): `idle`, `stop`, `dispatch`.
@@ -489,29 +469,4 @@ fn protocol_violation(expected: &str, got: Option<ResponsePayload>) -> Error {
 /// A task id as Wool's worker parses it: a UUID (random, version 4), in its hyphenated form.
 fn next_task_id() -> String {
     uuid::Uuid::new_v4().to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timeouts_in_seconds_follow_the_c_contract() {
-        assert_eq!(
-            timeout_from_seconds(1.5).unwrap(),
-            Some(Duration::from_millis(1500))
-        );
-        assert_eq!(timeout_from_seconds(f64::INFINITY).unwrap(), None);
-        for bad in [0.0, -0.0, -1.0, f64::NAN, f64::NEG_INFINITY] {
-            assert_eq!(
-                timeout_from_seconds(bad).unwrap_err().kind(),
-                ErrorKind::InvalidArgument,
-                "{bad}"
-            );
-        }
-        assert_eq!(
-            timeout_from_seconds(1e300).unwrap_err().kind(),
-            ErrorKind::InvalidArgument
-        );
-    }
 }

@@ -211,11 +211,6 @@ impl PoolState {
     }
 }
 
-/// Number of channels in the pool now (in use or lingering).
-pub fn pooled_channels() -> usize {
-    pool().entries.len()
-}
-
 fn open_channel(key: &PoolKey) -> Result<Http2Channel, Error> {
     let tls = key
         .tls

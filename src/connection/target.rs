@@ -33,6 +33,7 @@ impl Target {
     }
 
     /// As [`parse`](Self::parse), for an address to listen on: port 0 (any free port) allowed.
+    #[cfg(feature = "worker")]
     pub(crate) fn parse_listen(text: &str) -> Result<Self, Error> {
         Self::parse_with(text, 0)
     }

@@ -4,10 +4,10 @@
 //! never on a worker, and on no schedule of its own unless asked ([`retire::reap_every`]).
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), wool::Error> {
+//! # async fn demo() -> Result<(), libwool::Error> {
 //! use std::time::Duration;
-//! use wool::connection::ChannelOptions;
-//! use wool::fleet::{discovery::LocalDiscovery, retire, RetirePolicy, SweepOptions};
+//! use libwool::connection::ChannelOptions;
+//! use libwool::fleet::{discovery::LocalDiscovery, retire, RetirePolicy, SweepOptions};
 //!
 //! let pool = LocalDiscovery::new("batch")?.list()?;
 //! let workers = pool
@@ -26,9 +26,9 @@ pub mod discovery;
 pub mod retire;
 mod sweep;
 
-pub use discovery::{
-    DiscoveredWorker, Discovery, DiscoveryEvent, LanDiscovery, LocalDiscovery, Watch,
-};
+#[cfg(feature = "lan")]
+pub use discovery::LanDiscovery;
+pub use discovery::{DiscoveredWorker, Discovery, DiscoveryEvent, LocalDiscovery, Watch};
 pub use retire::{Decision, Reason, RetirePolicy};
 pub use sweep::{sweep, sweep_observed, SweepOptions};
 

@@ -45,8 +45,8 @@
 //! (DNS failing, say) answers `UNAVAILABLE`; a name with no records is a fleet of none.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), wool::scaler::ScalerError> {
-//! let scaler = wool::scaler::Scaler::builder()
+//! # async fn demo() -> Result<(), libwool::scaler::ScalerError> {
+//! let scaler = libwool::scaler::Scaler::builder()
 //!     .listen("0.0.0.0:9090")
 //!     .metrics_listen("0.0.0.0:9100")
 //!     .serve()

@@ -2,8 +2,8 @@
 //! Rust routines, and reports how long it has been continuously idle.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), wool::worker::WorkerError> {
-//! use wool::worker::{Grace, Worker};
+//! # async fn demo() -> Result<(), libwool::worker::WorkerError> {
+//! use libwool::worker::{Grace, Worker};
 //! let handle = Worker::builder()
 //!     .listen("127.0.0.1:0".parse()?)
 //!     .routine("double", |args: Vec<u8>| async move { Ok([args.clone(), args].concat()) })

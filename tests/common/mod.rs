@@ -90,8 +90,8 @@ pub fn new_leaf_for(
 }
 
 /// A client's mutual-TLS credentials: trusting `ca_pem`, presenting `leaf`.
-pub fn client_mutual(ca_pem: &str, leaf: &Leaf) -> wool::WorkerCredentials {
-    wool::WorkerCredentials::from_pem(
+pub fn client_mutual(ca_pem: &str, leaf: &Leaf) -> libwool::WorkerCredentials {
+    libwool::WorkerCredentials::from_pem(
         ca_pem.as_bytes(),
         Some(leaf.key_pem.as_bytes()),
         Some(leaf.cert_pem.as_bytes()),
@@ -129,8 +129,8 @@ impl Pki {
     }
 
     /// The worker's side of mutual TLS: its leaf, and this CA for client certificates.
-    pub fn server_mutual(&self) -> wool::worker::ServerCredentials {
-        wool::worker::ServerCredentials::mutual(
+    pub fn server_mutual(&self) -> libwool::worker::ServerCredentials {
+        libwool::worker::ServerCredentials::mutual(
             self.ca_pem.clone(),
             self.leaf.cert_pem.clone(),
             self.leaf.key_pem.clone(),
@@ -138,7 +138,7 @@ impl Pki {
     }
 
     /// A client's mutual-TLS credentials: trusting `ca_pem`, presenting `leaf`.
-    pub fn client_mutual(&self, ca_pem: &str, leaf: &Leaf) -> wool::WorkerCredentials {
+    pub fn client_mutual(&self, ca_pem: &str, leaf: &Leaf) -> libwool::WorkerCredentials {
         client_mutual(ca_pem, leaf)
     }
 
@@ -169,8 +169,29 @@ pub struct WorkerProcess {
     pub started: Instant,
 }
 
+/// The path of one of the workspace's programs (`wool-worker`, `woolctl`, `wool-scaler`): in the
+/// target directory's profile folder, beside this test's `deps/`. Each program is its own
+/// package, so cargo builds it for `cargo test --workspace` (or `cargo build --workspace`) but
+/// gives this package no `CARGO_BIN_EXE_` for it.
+///
+/// Panics (failing the test with the command to run) when the program has not been built.
+pub fn program(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let profile = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("the test binary lives in <target>/<profile>/deps");
+    let path = profile.join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo build --workspace` (or `cargo test --workspace`) first",
+        path.display()
+    );
+    path
+}
+
 pub fn wool_worker_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_wool-worker"))
+    program("wool-worker")
 }
 
 impl WorkerProcess {
@@ -378,8 +399,8 @@ pub type IdleAnswer =
 pub async fn serve_idle_with(
     idle: impl Fn() -> IdleAnswer + Send + Sync + 'static,
 ) -> (String, tokio::task::JoinHandle<()>) {
-    use wool::protocol::worker_server::{Worker, WorkerServer};
-    use wool::protocol::{Idle, Request, Response, StopRequest, Void};
+    use libwool::protocol::worker_server::{Worker, WorkerServer};
+    use libwool::protocol::{Idle, Request, Response, StopRequest, Void};
 
     struct Double<F>(F);
 

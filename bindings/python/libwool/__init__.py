@@ -43,7 +43,7 @@ its own and redials, leaving the parent's untouched.
 The library is found by `load`: an explicit path, else ``$LIBWOOL_PATH``, else the copy
 bundled in this package by ``pip install bindings/python`` (from a checkout; needs Rust),
 else, for the package used in place in a checkout, that repository's ``target/release`` then
-``target/debug`` build (``cargo build --lib --features capi``).
+``target/debug`` build (``cargo build -p libwool-capi``).
 """
 
 from __future__ import annotations

@@ -470,7 +470,7 @@ def load(path: str | os.PathLike[str] | None = None) -> Library:
     hint = (
         f"install the package with the library bundled (`pip install bindings/python` in a "
         f"checkout; needs Rust), pass libwool.load(path), set {ENV_VAR}, or build the "
-        f"library in the checkout with `cargo build --lib --features capi`"
+        f"library in the checkout with `cargo build -p libwool-capi`"
     )
     raise LibraryNotFound(
         "libwool not found; tried:\n  " + "\n  ".join(failures) + f"\n({hint})"

@@ -5,7 +5,7 @@ Run with the wool 0.15.7 venv (scripts/setup-venvs.sh), from the repository root
     target/venvs/wool-0.15.7/bin/python -m pytest bindings/python/tests
 
 or everything at once: scripts/python-test.sh. The library tested is ``$LIBWOOL_PATH`` when
-set, else target/debug/libwool.so (what ``cargo build --lib --features capi`` made); the
+set, else target/debug/libwool.so (what ``cargo build -p libwool-capi`` made); the
 reference worker is ``$WOOL_WORKER`` when set, else target/debug/wool-worker. test_install.py
 (marker ``install``) builds and installs the package itself into a fresh virtual environment.
 """

@@ -7,7 +7,7 @@ and PyPI (the build backend, pinned in pyproject.toml, comes from there).
 
 The build reuses the repository's target directory (or $CARGO_TARGET_DIR when set) and, unless
 $SETUPTOOLS_RUST_CARGO_PROFILE says otherwise, the ``dev`` profile: after
-``cargo build --lib --features capi`` (scripts/python-test.sh) only the wool crate itself is
+``cargo build -p libwool-capi`` (scripts/python-test.sh) only the wool crate itself is
 compiled. A user's plain ``pip install bindings/python`` builds ``--release``.
 """
 
@@ -124,7 +124,7 @@ def test_pip_install_bundles_libwool_and_polls_a_worker_from_outside_the_reposit
         "the repository is on the venv's sys.path", seen["sys.path"])
     # The bundled library is the crate's, at the crate's version.
     cargo_version = next(
-        line.split('"')[1] for line in (ROOT / "Cargo.toml").read_text().splitlines()
+        line.split('"')[1] for line in (ROOT / "capi" / "Cargo.toml").read_text().splitlines()
         if line.startswith("version = ")
     )
     assert seen["version"] == cargo_version

@@ -17,6 +17,7 @@
 //! policy; [`DiscoveredWorker::connect`] refuses a worker the gate refuses.
 
 mod admission;
+#[cfg(feature = "lan")]
 mod lan;
 mod local;
 
@@ -27,6 +28,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 pub use admission::Refusal;
+#[cfg(feature = "lan")]
 pub use lan::{LanDiscovery, DEFAULT_LISTEN};
 pub use local::{LocalDiscovery, MAX_REGISTRY_SLOTS};
 
@@ -165,12 +167,16 @@ impl DiscoveryEvent {
     }
 }
 
-/// Either backend, chosen at run time (as a command-line flag or a C argument chooses it).
+/// Any backend, chosen at run time (as a command-line flag or a C argument chooses it).
+///
+/// Which variants exist depends on the crate's features (`lan`), so matches need a `_` arm.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Discovery {
     /// The shared-memory registry on this host.
     Local(LocalDiscovery),
-    /// DNS-SD over multicast DNS.
+    /// DNS-SD over multicast DNS (feature `lan`).
+    #[cfg(feature = "lan")]
     Lan(LanDiscovery),
 }
 
@@ -182,6 +188,7 @@ impl Discovery {
     pub fn list(&self) -> Result<Vec<DiscoveredWorker>, Error> {
         match self {
             Discovery::Local(local) => local.list(),
+            #[cfg(feature = "lan")]
             Discovery::Lan(lan) => lan.list(),
         }
     }
@@ -203,6 +210,7 @@ impl Discovery {
     pub fn watch(&self) -> Result<Watch, Error> {
         match self {
             Discovery::Local(local) => local.watch(),
+            #[cfg(feature = "lan")]
             Discovery::Lan(lan) => lan.watch(),
         }
     }
@@ -211,6 +219,7 @@ impl Discovery {
     pub fn namespace(&self) -> &str {
         match self {
             Discovery::Local(local) => local.namespace(),
+            #[cfg(feature = "lan")]
             Discovery::Lan(lan) => lan.namespace(),
         }
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::connection::wool_connection;
 use super::credentials::wool_credentials;
 use super::{ffi_panic_boundary, free_boxed, set_boxed, try_mut, wool_status};
-use crate::connection::{ChannelOptions, Error};
+use libwool::connection::{ChannelOptions, Error};
 
 /// Channel settings for wool_connect_with_options, as Wool's ChannelOptions. Opaque; made by
 /// wool_channel_options_new with Wool's defaults, released by wool_channel_options_free. A

@@ -19,7 +19,7 @@
 //!   runtime and waits for it; only this rare case pays the extra hop.
 //! - `fork()`: a child inherits the runtime's memory but not its threads, and shares its epoll
 //!   instance and sockets with the parent. The runtime is therefore per process (see
-//!   `crate::process`): a child's first call builds a runtime (and a pool) of its own and
+//!   `libwool::process`): a child's first call builds a runtime (and a pool) of its own and
 //!   redials; the parent's are never touched there.
 
 use std::future::Future;
@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use tokio::runtime::Runtime;
 
-use crate::connection::{Error, ErrorKind};
-use crate::process::PerProcess;
+use libwool::connection::{Error, ErrorKind};
+use libwool::process::PerProcess;
 
 /// The runtime of this process, its blocking calls in progress (while there is one, it drives
 /// the runtime and the housekeeper stays out of its way), and the driver of started calls.

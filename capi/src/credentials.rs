@@ -8,7 +8,7 @@ use std::path::Path;
 use super::{
     ffi_panic_boundary, free_boxed, set_boxed, try_mut, try_optional_str, try_str, wool_status,
 };
-use crate::connection::WorkerCredentials;
+use libwool::connection::WorkerCredentials;
 
 /// TLS credentials for reaching TLS workers: the CA the worker's certificate must chain to and,
 /// for mutual TLS, the client's certificate and key. Opaque; made by
@@ -38,7 +38,7 @@ impl<'a> CredentialTexts<'a> {
         names: [&str; 3],
         mutual: bool,
         identity: *const c_char,
-    ) -> Result<Self, crate::connection::Error> {
+    ) -> Result<Self, libwool::connection::Error> {
         // SAFETY (all): the function's contract.
         let ca = unsafe { try_str(ca, names[0]) }?;
         let (key, cert) = if mutual {
@@ -180,7 +180,7 @@ type FromFiles = fn(
     Option<&Path>,
     bool,
     Option<&str>,
-) -> Result<WorkerCredentials, crate::connection::Error>;
+) -> Result<WorkerCredentials, libwool::connection::Error>;
 
 /// What both file constructors do, `make` telling fixed from reloadable.
 ///
@@ -248,10 +248,10 @@ pub unsafe extern "C" fn wool_credentials_with_peers(
         let credentials = unsafe { super::try_ref(credentials, "credentials") }?;
         let out = unsafe { try_mut(out, "out") }?;
         if peers.is_null() {
-            return Err(crate::connection::Error::invalid_argument("peers is NULL"));
+            return Err(libwool::connection::Error::invalid_argument("peers is NULL"));
         }
         if count == 0 || count > MAX_PEER_NAMES {
-            return Err(crate::connection::Error::invalid_argument(format!(
+            return Err(libwool::connection::Error::invalid_argument(format!(
                 "count must be 1 to {MAX_PEER_NAMES} peer names, got {count}"
             )));
         }
@@ -261,7 +261,7 @@ pub unsafe extern "C" fn wool_credentials_with_peers(
             .enumerate()
             .map(|(i, &name)| unsafe { try_str(name, &format!("peers[{i}]")) })
             .collect::<Result<Vec<&str>, _>>()?;
-        let policy = crate::connection::Peers::names(names)?;
+        let policy = libwool::connection::Peers::names(names)?;
         set_boxed(
             out,
             wool_credentials {

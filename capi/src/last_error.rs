@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::ffi::c_char;
 
 use super::ffi_panic_boundary;
-use crate::connection::Error;
+use libwool::connection::Error;
 
 /// One failure: its message and its gRPC code (`-1` when no RPC status was involved).
 struct LastError {

@@ -6,20 +6,19 @@
 //!
 //! Serves KEDA's `externalscaler.ExternalScaler` (and grpc.health.v1, server reflection) on
 //! `--listen`; each ScaledObject's `scalerMetadata` says which workers and how to count them
-//! (see `wool::scaler`). Prints its address as the first stdout line (flushed at once).
+//! (see `libwool::scaler`). Prints its address as the first stdout line (flushed at once).
 //! SIGTERM or SIGINT stops it cleanly: health turns NOT_SERVING, open streams end, calls in
 //! progress finish (for at most 10 s; a second signal exits at once), and it exits 0. With TLS, the files are read again on SIGHUP and whenever
 //! they change.
 
-#[path = "common/cli.rs"]
-mod cli;
+use wool_cli as cli;
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
 use cli::LogFormat;
-use wool::scaler::Scaler;
+use libwool::scaler::Scaler;
 
 /// A KEDA external scaler: its metric is the number of busy Wool workers; it is active while any worker is busy
 #[derive(Debug, Parser)]

@@ -1,6 +1,6 @@
 //! The fleet calls: `wool_idle_many` (a sweep: many workers polled with one deadline and a
 //! bound on calls in flight) and `wool_retire_idle` (a sweep, decisions by policy, the stops),
-//! both on `crate::fleet`, the one implementation Rust, `woolctl` and the bindings share.
+//! both on `libwool::fleet`, the one implementation Rust, `woolctl` and the bindings share.
 
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::Arc;
@@ -9,8 +9,8 @@ use std::time::Duration;
 use super::connection::wool_connection;
 use super::queue::WOOL_COMPLETION_MESSAGE_BYTES;
 use super::{ffi_panic_boundary, runtime, try_grace, try_ref, try_timeout, wool_status};
-use crate::connection::{Error, WorkerConnection};
-use crate::fleet::{retire, Decision, Reason, RetirePolicy, SweepOptions};
+use libwool::connection::{Error, WorkerConnection};
+use libwool::fleet::{retire, Decision, Reason, RetirePolicy, SweepOptions};
 
 /// Polls the workers behind `conns[0..count]` (as wool_idle), at most `max_in_flight` at once,
 /// all within one deadline of `timeout_seconds` (INFINITY = none), blocking the calling thread
@@ -119,12 +119,11 @@ fn sweep_handles(
     max_in_flight: usize,
 ) -> Result<Vec<Result<f64, Error>>, Error> {
     let live: Vec<Arc<WorkerConnection>> = connections.iter().flatten().cloned().collect();
-    let options = SweepOptions {
-        max_in_flight,
-        timeout,
-    };
+    let mut options = SweepOptions::default();
+    options.max_in_flight = max_in_flight;
+    options.timeout = timeout;
     let mut polls =
-        runtime::block_on(async move { crate::fleet::sweep(live, &options).await })??.into_iter();
+        runtime::block_on(async move { libwool::fleet::sweep(live, &options).await })??.into_iter();
     Ok(connections
         .iter()
         .enumerate()

@@ -20,7 +20,7 @@ use super::{
     ffi_panic_boundary, free_boxed, runtime, set_boxed, try_grace, try_mut, try_ref, try_timeout,
     wool_status,
 };
-use crate::connection::{Error, ErrorKind};
+use libwool::connection::{Error, ErrorKind};
 
 /// Bytes of a completion's message, the terminating NUL included (longer ones are truncated on
 /// a UTF-8 character boundary).

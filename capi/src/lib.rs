@@ -23,8 +23,8 @@ use std::any::Any;
 use std::ffi::{c_char, CStr};
 use std::time::Duration;
 
-use crate::connection::{timeout_from_seconds, Error};
-use crate::Grace;
+use libwool::connection::Error;
+use libwool::Grace;
 pub use connection::{wool_connect, wool_connection, wool_free, wool_idle, wool_stop};
 pub use credentials::{
     wool_credentials, wool_credentials_free, wool_credentials_from_files,
@@ -55,6 +55,27 @@ pub use queue::{
 };
 pub use status::{wool_status, wool_status_name};
 
+/// Turns a timeout in seconds (as C, Go and Python hosts pass it) into a call deadline:
+/// positive finite → that long; `+∞` → no deadline (`None`).
+///
+/// Errors: [`ErrorKind::InvalidArgument`] for 0, negative or NaN.
+pub fn timeout_from_seconds(seconds: f64) -> Result<Option<Duration>, Error> {
+    if seconds.is_nan() || seconds <= 0.0 {
+        return Err(Error::invalid_argument(format!(
+            "timeout must be positive seconds or infinity, got {seconds}"
+        )));
+    }
+    if seconds == f64::INFINITY {
+        return Ok(None);
+    }
+    Duration::try_from_secs_f64(seconds).map(Some).map_err(|_| {
+        Error::invalid_argument(format!(
+            "timeout of {seconds:.3e} s is too large; use infinity"
+        ))
+    })
+}
+
+
 /// Runs an exported function's body, catching any panic so that no unwinding crosses into C.
 ///
 /// `ffi_panic_boundary! { "wool_name", { body } }`: the body's value is turned into the
@@ -62,7 +83,7 @@ pub use status::{wool_status, wool_status_name};
 /// returning [`wool_status`] is a `Result<(), Error>`, so `?` works inside it.
 macro_rules! ffi_panic_boundary {
     ($function:expr, $body:block) => {
-        $crate::ffi::run_boundary($function, || $body)
+        $crate::run_boundary($function, || $body)
     };
 }
 pub(crate) use ffi_panic_boundary;
@@ -286,6 +307,27 @@ pub extern "C" fn wool_version() -> *const c_char {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use libwool::ErrorKind;
+
+    #[test]
+    fn timeouts_in_seconds_follow_the_c_contract() {
+        assert_eq!(
+            timeout_from_seconds(1.5).unwrap(),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(timeout_from_seconds(f64::INFINITY).unwrap(), None);
+        for bad in [0.0, -0.0, -1.0, f64::NAN, f64::NEG_INFINITY] {
+            assert_eq!(
+                timeout_from_seconds(bad).unwrap_err().kind(),
+                ErrorKind::InvalidArgument,
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            timeout_from_seconds(1e300).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+    }
 
     fn last_error() -> (String, i32) {
         let mut buf = [0 as c_char; 256];

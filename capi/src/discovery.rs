@@ -10,9 +10,9 @@ use super::connection::wool_connection;
 use super::credentials::wool_credentials;
 use super::options::wool_channel_options;
 use super::{ffi_panic_boundary, free_boxed, set_boxed, try_mut, try_ref, try_str, wool_status};
-use crate::connection::WorkerCredentials;
-use crate::connection::{Error, WorkerConnection};
-use crate::fleet::discovery::{
+use libwool::connection::WorkerCredentials;
+use libwool::connection::{Error, WorkerConnection};
+use libwool::fleet::discovery::{
     DiscoveredWorker, Discovery, DiscoveryEvent, LanDiscovery, LocalDiscovery, Refusal, Watch,
 };
 
@@ -121,6 +121,9 @@ impl OwnedWorker {
                 Some(Refusal::Security { .. }) => WOOL_DISCOVERY_REFUSAL_SECURITY,
                 Some(Refusal::Version { .. }) => WOOL_DISCOVERY_REFUSAL_VERSION,
                 Some(Refusal::Identity { .. }) => WOOL_DISCOVERY_REFUSAL_IDENTITY,
+                // `Refusal` is non-exhaustive: an arm this ABI does not name yet is still a
+                // refusal (never NONE); `refusal_reason` says which.
+                Some(_) => WOOL_DISCOVERY_REFUSAL_SECURITY,
             },
             refusal_reason: strings[6].as_ptr(),
         };

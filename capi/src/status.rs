@@ -3,7 +3,7 @@
 use std::ffi::{c_char, c_int, CStr};
 
 use super::ffi_panic_boundary;
-use crate::connection::ErrorKind;
+use libwool::connection::ErrorKind;
 
 /// The outcome of a call. Values are stable: C programs and other bindings compare against them.
 /// On any failure the calling thread's last error holds the message and the gRPC code (see
@@ -75,6 +75,9 @@ impl From<ErrorKind> for wool_status {
             ErrorKind::Cancelled => wool_status::Cancelled,
             // No C call dispatches routines; should one ever fail that way, it is an RPC error.
             ErrorKind::Rpc | ErrorKind::Routine => wool_status::RpcError,
+            // `ErrorKind` is non-exhaustive: a kind this ABI has no status for yet is an RPC
+            // error to C until it gets one.
+            _ => wool_status::RpcError,
         }
     }
 }

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use wool::worker::{CredentialReload, ServerCredentialFiles};
+use libwool::worker::{CredentialReload, ServerCredentialFiles};
 
 /// The server-side TLS flags (the files are read again when one of them changes and on SIGHUP:
 /// new connections get the new material; bad material is refused).

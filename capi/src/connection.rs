@@ -8,7 +8,7 @@ use super::{
     ffi_panic_boundary, free_boxed, runtime, set_boxed, try_grace, try_mut, try_ref, try_str,
     try_timeout, wool_status,
 };
-use crate::connection::{ChannelOptions, Error, WorkerConnection};
+use libwool::connection::{ChannelOptions, Error, WorkerConnection};
 
 /// A lazy handle to one worker, like Wool's WorkerConnection. Opaque; made by wool_connect,
 /// released by wool_free. One handle may be used by many threads at once.

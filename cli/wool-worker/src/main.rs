@@ -16,15 +16,14 @@
 //! new connections use the new material, established ones carry on; material that fails the
 //! checks is refused with a log line and the previous material kept.
 
-#[path = "common/cli.rs"]
-mod cli;
+use wool_cli as cli;
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
 use cli::LogFormat;
-use wool::worker::{Grace, ListenAddress, RoutineRegistry, Worker};
+use libwool::worker::{Grace, ListenAddress, RoutineRegistry, Worker};
 
 /// The reference Wool worker: serves `echo` and `sleep`, reports idle time, obeys `stop`.
 #[derive(Debug, Parser)]

@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use futures_util::StreamExt;
 use serde_json::json;
-use wool::connection::{ChannelOptions, Peers};
-use wool::fleet::discovery::{
+use libwool::connection::{ChannelOptions, Peers};
+use libwool::fleet::discovery::{
     DiscoveredWorker, Discovery, DiscoveryEvent, LanDiscovery, LocalDiscovery, Refusal,
 };
-use wool::fleet::{parse_duration, retire, sweep_observed, Decision, RetirePolicy, SweepOptions};
-use wool::Grace;
-use wool::{Error, WorkerConnection, WorkerCredentials};
+use libwool::fleet::{parse_duration, retire, sweep_observed, Decision, RetirePolicy, SweepOptions};
+use libwool::Grace;
+use libwool::{Error, WorkerConnection, WorkerCredentials};
 
 #[derive(Parser)]
 #[command(
