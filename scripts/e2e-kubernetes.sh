@@ -32,7 +32,7 @@ if [[ "${WOOL_E2E_INSIDE:-}" != 1 ]]; then
     ENGINE="$(./scripts/ensure-engine.sh)"
     say "engine ready in $((SECONDS - started)) s: $ENGINE"
     [[ -x target/venvs/wool-0.15.7/bin/python ]] || ./scripts/setup-venvs.sh >&2
-    cargo build --bins --example burst >&2
+    cargo build --workspace --bins --example burst >&2
     export WOOL_E2E_INSIDE=1 WOOL_E2E_ENGINE="$ENGINE"
     run_inner() { # pid: waits for the inner run; SIGINT/SIGTERM here reach it, and its trap stops everything
         local inner=$1

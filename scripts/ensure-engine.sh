@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the pinned engine scripts/e2e-kubernetes.sh runs into target/tools/engine, all from the
+# Builds the pinned engine scripts/e2e-kubernetes.sh runs into <tools>/engine
+# (<tools>: scripts/tools-dir.sh, ~/.cache/libwool/tools by default), all from the
 # Go module proxy (modules and sums pinned in tests/engine/*/go.mod and go.sum):
 #   etcd v3.6.13 (tests/engine/etcd: a main over go.etcd.io/etcd/server/v3/etcdmain),
 #   kube-apiserver, kube-controller-manager, kubectl v1.36.3 (tests/engine/kube: k8s.io/kubernetes
@@ -10,7 +11,8 @@
 # checks the binaries are there: a second or so. Prints the engine directory.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OUT="$ROOT/target/tools/engine"
+. "$ROOT/scripts/tools-dir.sh"
+OUT="$TOOLS_DIR/engine"
 BIN="$OUT/bin"
 MODS="$ROOT/tests/engine"
 KUBE_VERSION=v1.36.3
@@ -36,7 +38,7 @@ export CGO_ENABLED=0
 if [[ -n "${CI:-}" ]]; then
     # On CI the engine's build cache (~6 GB) is its own and deleted once the binaries are built,
     # to spare a small disk (as the fuzz and sanitizer suites delete their builds).
-    export GOCACHE="$ROOT/target/tools/engine-gocache"
+    export GOCACHE="$TOOLS_DIR/engine-gocache"
     trap 'rm -rf "$GOCACHE"' EXIT
 fi
 started=$SECONDS

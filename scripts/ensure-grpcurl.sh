@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Makes sure the pinned grpcurl (github.com/fullstorydev/grpcurl) is at target/tools/bin/grpcurl,
+# Makes sure the pinned grpcurl (github.com/fullstorydev/grpcurl) is at <tools>/bin/grpcurl
+# (<tools>: scripts/tools-dir.sh),
 # built with `go install` from the Go module proxy: the real reflection client the worker's
 # server-reflection test drives (tests/operable.rs). Idempotent; prints the path.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 GRPCURL_VERSION=v1.9.3
-BIN="$ROOT/target/tools/bin"
+. "$ROOT/scripts/tools-dir.sh"
+BIN="$TOOLS_DIR/bin"
 MARKER="$BIN/.grpcurl-version"   # go install builds report no version of their own
 if [[ -x "$BIN/grpcurl" && -f "$MARKER" && "$(cat "$MARKER")" == "$GRPCURL_VERSION" ]]; then
     echo "$BIN/grpcurl"

@@ -66,7 +66,6 @@
 //! ```
 
 #![deny(missing_docs)]
-
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod connection;
@@ -75,8 +74,6 @@ pub mod fleet;
 #[doc(hidden)]
 pub mod fuzzing;
 mod grace;
-/// Fork-aware process-wide state, shared with the C ABI's runtime (`libwool-capi`); not a
-/// stable API.
 #[doc(hidden)]
 pub mod process;
 #[cfg(feature = "protocol")]

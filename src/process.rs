@@ -8,6 +8,8 @@
 //! made in: a child counts a new generation (a `pthread_atfork` handler), and its first use of
 //! a slot makes a fresh value. The parent's value is left exactly as it was and never used,
 //! locked or dropped in the child (its memory is simply not reclaimed there).
+//!
+//! Public (hidden) for the C ABI's runtime in `libwool-capi`; not a stable API.
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
@@ -21,7 +23,7 @@ extern "C" fn child_after_fork() {
     GENERATION.fetch_add(1, Ordering::Relaxed);
 }
 
-/// This process's fork generation (see [`GENERATION`]).
+/// This process's fork generation (see `GENERATION`).
 pub fn generation() -> u64 {
     if !REGISTERED.load(Ordering::Relaxed) && !REGISTERED.swap(true, Ordering::AcqRel) {
         // SAFETY: registers a handler that only changes an atomic.
@@ -39,6 +41,12 @@ pub struct PerProcess<T> {
 struct Stamped<T> {
     generation: u64,
     value: T,
+}
+
+impl<T> Default for PerProcess<T> {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl<T> PerProcess<T> {

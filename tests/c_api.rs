@@ -18,11 +18,11 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::{hostile, library_dir, Pki, WorkerProcess};
+use libwool::WorkerConnection;
 use wool::{
     wool_connect, wool_connection, wool_free, wool_idle, wool_last_error, wool_last_rpc_code,
     wool_status, wool_stop,
 };
-use libwool::WorkerConnection;
 
 // ---- building and running the C programs ----------------------------------------------------
 

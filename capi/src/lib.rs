@@ -23,8 +23,6 @@ use std::any::Any;
 use std::ffi::{c_char, CStr};
 use std::time::Duration;
 
-use libwool::connection::Error;
-use libwool::Grace;
 pub use connection::{wool_connect, wool_connection, wool_free, wool_idle, wool_stop};
 pub use credentials::{
     wool_credentials, wool_credentials_free, wool_credentials_from_files,
@@ -40,6 +38,8 @@ pub use fleet::{
     wool_retire_reason_name,
 };
 pub use last_error::{wool_last_error, wool_last_rpc_code};
+use libwool::connection::Error;
+use libwool::Grace;
 pub use options::{
     wool_channel_options, wool_channel_options_free, wool_channel_options_new,
     wool_channel_options_set_connect_timeout, wool_channel_options_set_keepalive_interval,
@@ -58,7 +58,7 @@ pub use status::{wool_status, wool_status_name};
 /// Turns a timeout in seconds (as C, Go and Python hosts pass it) into a call deadline:
 /// positive finite → that long; `+∞` → no deadline (`None`).
 ///
-/// Errors: [`ErrorKind::InvalidArgument`] for 0, negative or NaN.
+/// Errors: [`ErrorKind::InvalidArgument`](libwool::ErrorKind::InvalidArgument) for 0, negative or NaN.
 pub fn timeout_from_seconds(seconds: f64) -> Result<Option<Duration>, Error> {
     if seconds.is_nan() || seconds <= 0.0 {
         return Err(Error::invalid_argument(format!(
@@ -74,7 +74,6 @@ pub fn timeout_from_seconds(seconds: f64) -> Result<Option<Duration>, Error> {
         ))
     })
 }
-
 
 /// Runs an exported function's body, catching any panic so that no unwinding crosses into C.
 ///

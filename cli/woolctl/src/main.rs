@@ -12,14 +12,16 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use futures_util::StreamExt;
-use serde_json::json;
 use libwool::connection::{ChannelOptions, Peers};
 use libwool::fleet::discovery::{
     DiscoveredWorker, Discovery, DiscoveryEvent, LanDiscovery, LocalDiscovery, Refusal,
 };
-use libwool::fleet::{parse_duration, retire, sweep_observed, Decision, RetirePolicy, SweepOptions};
+use libwool::fleet::{
+    parse_duration, retire, sweep_observed, Decision, RetirePolicy, SweepOptions,
+};
 use libwool::Grace;
 use libwool::{Error, WorkerConnection, WorkerCredentials};
+use serde_json::json;
 
 #[derive(Parser)]
 #[command(
