@@ -1,12 +1,16 @@
-//! What the long-running binaries (`wool-worker`, `wool-scaler`) share: logs (tracing to
-//! stderr, as text or one JSON object per line) and how `main` runs and exits.
+//! What libwool's programs share, written once: logs (tracing to stderr, as text or one JSON
+//! object per line), signals, the address line and how `main` runs and exits (all three
+//! programs); the server-side TLS flags and SIGHUP reloads (feature `server`: `wool-worker`
+//! and `wool-scaler`, so that `woolctl` builds without the worker).
 
 use std::future::Future;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+#[cfg(feature = "server")]
 use libwool::worker::{CredentialReload, ServerCredentialFiles};
 
+#[cfg(feature = "server")]
 /// The server-side TLS flags (the files are read again when one of them changes and on SIGHUP:
 /// new connections get the new material; bad material is refused).
 #[derive(Debug, Clone, clap::Args)]
@@ -27,6 +31,7 @@ pub struct TlsArgs {
     pub one_way: bool,
 }
 
+#[cfg(feature = "server")]
 impl TlsArgs {
     /// The credential files the flags name; `None` for plaintext.
     ///
@@ -58,13 +63,22 @@ pub enum LogFormat {
 }
 
 /// Logs to stderr at `level` (a tracing filter), else RUST_LOG's, else info; text or JSON lines.
+/// What the servers use; errors as [`init_logs`].
 pub fn init(format: LogFormat, level: Option<&str>) -> Result<(), String> {
+    init_logs(format, level, "info")
+}
+
+/// Logs to stderr at `level` (a tracing filter), else RUST_LOG's, else `default`; text (coloured
+/// only on a terminal) or JSON lines.
+///
+/// Errors: `level` is no valid filter (the message names the `--log-level` flag).
+pub fn init_logs(format: LogFormat, level: Option<&str>, default: &str) -> Result<(), String> {
     use tracing_subscriber::EnvFilter;
     let filter = match level {
         Some(level) => {
             EnvFilter::try_new(level).map_err(|e| format!("--log-level {level:?}: {e}"))?
         }
-        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default)),
     };
     let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -98,6 +112,7 @@ pub fn run_to_exit(
     }
 }
 
+#[cfg(feature = "server")]
 /// SIGHUP: reads the TLS files again through `reload` and logs what came of it (a refusal keeps
 /// the old material and was logged, with the files, by the reload itself). `server` names the
 /// program in the log line ("worker", "scaler").

@@ -22,6 +22,7 @@ use libwool::fleet::{
 use libwool::Grace;
 use libwool::{Error, WorkerConnection, WorkerCredentials};
 use serde_json::json;
+use wool_cli as cli;
 
 #[derive(Parser)]
 #[command(
@@ -709,7 +710,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             policy.dry_run = dry_run;
             policy.validate()?;
             // With an interval, SIGINT and SIGTERM end the loop, also in the middle of a round.
-            let mut signals = interval.map(|_| Signals::new());
+            let mut signals = interval.map(|_| signals()).transpose()?;
             let mut all_ok = true;
             loop {
                 let round = reap_round(&context, &fleet, &policy, dry_run);
@@ -717,7 +718,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     None => round.await?,
                     Some(signals) => tokio::select! {
                         ok = round => ok?,
-                        () = signals.recv() => break,
+                        () = signals.next_stop() => break,
                     },
                 };
                 let (Some(interval), Some(signals)) = (interval, signals.as_mut()) else {
@@ -725,7 +726,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 };
                 tokio::select! {
                     _ = tokio::time::sleep(interval) => {}
-                    () = signals.recv() => break,
+                    () = signals.next_stop() => break,
                 }
             }
             all_ok
@@ -766,7 +767,7 @@ async fn watch_pool(context: &Context, discovery: &Discovery) -> Result<(), Fail
     if output == Output::Table {
         discovered_header(true);
     }
-    let mut signals = Signals::new();
+    let mut signals = signals()?;
     loop {
         tokio::select! {
             event = watch.next() => {
@@ -782,45 +783,27 @@ async fn watch_pool(context: &Context, discovery: &Discovery) -> Result<(), Fail
                 let refusal = event.worker().refusal(context.credentials.as_ref());
                 print_discovered(output, event.worker(), refusal.as_ref(), Some(name));
             }
-            () = signals.recv() => return Ok(()),
+            () = signals.next_stop() => return Ok(()),
         }
     }
 }
 
-/// SIGINT and SIGTERM, caught from creation on (a signal that arrives while no one waits is
-/// kept for the next `recv`), for the commands that run until interrupted.
-struct Signals {
-    terminate: tokio::signal::unix::Signal,
-    interrupt: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> Self {
-        use tokio::signal::unix::{signal, SignalKind};
-        Self {
-            terminate: signal(SignalKind::terminate()).expect("a SIGTERM handler"),
-            interrupt: signal(SignalKind::interrupt()).expect("a SIGINT handler"),
-        }
-    }
-
-    async fn recv(&mut self) {
-        tokio::select! {
-            _ = self.terminate.recv() => {}
-            _ = self.interrupt.recv() => {}
-        }
-    }
+/// SIGINT and SIGTERM (and SIGHUP, ignored), caught from now on, for the commands that run
+/// until interrupted (a signal that arrives while no one waits is kept for the next wait).
+fn signals() -> Result<cli::Signals, Failure> {
+    cli::Signals::take().map_err(|message| {
+        eprintln!("woolctl: {message}");
+        Failure::Some
+    })
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse(); // usage errors exit 2 here
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+                            // Text logs on stderr at RUST_LOG's level, else warn: the rows are the output.
+    if let Err(message) = cli::init_logs(cli::LogFormat::Text, None, "warn") {
+        eprintln!("woolctl: {message}");
+        return ExitCode::from(2);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
