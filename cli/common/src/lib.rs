@@ -4,6 +4,7 @@
 //! and `wool-scaler`, so that `woolctl` builds without the worker).
 
 use std::future::Future;
+#[cfg(feature = "server")]
 use std::path::PathBuf;
 use std::process::ExitCode;
 
