@@ -43,6 +43,7 @@ suite "cargo test" cargo test --workspace --lib --bins --tests --examples ${CARG
 suite "doc tests" cargo test --workspace --doc
 suite "rustfmt (cargo fmt --check)" cargo fmt --check
 suite "clippy (warnings denied)" cargo clippy --workspace --all-targets -- -D warnings
+suite "packages: each library as packaged, each package and feature alone, the client's crates" ./scripts/packages.sh
 suite "rustdoc (warnings denied)" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
 suite "C harness under valgrind" ./scripts/valgrind-c.sh
 suite "C consumers of the installed library (pkg-config, CMake)" ./scripts/consumers-test.sh
