@@ -1,22 +1,31 @@
-//! libwool: a Rust worker, client and C ABI for the Wool distributed runtime.
+//! libwool: the Rust library of libwool, for the Wool distributed runtime — poll a worker's idle
+//! time and retire it, sweep a pool, or be a Wool worker.
 //!
-//! - [`worker`]: be a Wool worker — serve `dispatch`, `stop` and `idle`, run Rust routines, and
-//!   report continuous idle seconds; health, reflection, metrics, certificates reloaded from
-//!   files.
+//! With no features it is the client and the fleet:
 //! - [`connection`]: [`WorkerConnection`], the direct single-worker client (Wool's
 //!   `WorkerConnection`): idle, stop, dispatch over pooled channels, plaintext or TLS
 //!   ([`WorkerCredentials`], fixed or reloaded from files), [`Error`] sorted into [`ErrorKind`]s.
 //! - [`fleet`]: the fleet job: discover a pool's workers by namespace, sweep their idle time,
 //!   retire the idle ones by policy (what `woolctl` runs).
-//! - [`scaler`]: a KEDA external scaler over the fleet layer (what `wool-scaler` serves), so
-//!   Kubernetes scales a fleet, to zero included, on its workers' idle time.
-//! - `ffi` (feature `capi`): the C ABI (`include/wool.h`).
 //! - [`Grace`]: how long a stop lets in-flight work run.
+//!
+//! Features add the rest:
+//! - `lan`: LAN discovery (DNS-SD over multicast DNS, as Wool's `LanDiscovery`).
+//! - `dns`: a fleet listed by DNS name (every address a name resolves to).
+//! - `worker`: the `worker` module — be a Wool worker: serve `dispatch`, `stop` and `idle`, run
+//!   Rust routines, report continuous idle seconds; health, reflection, metrics, certificates
+//!   reloaded from files.
+//! - `scaler`: the `scaler` module, a KEDA external scaler over the fleet layer (what
+//!   `wool-scaler` serves), so Kubernetes scales a fleet, to zero included, on its workers'
+//!   idle time (turns on `worker`, `lan` and `dns`).
+//!
+//! The C ABI (`include/wool.h`, libwool.so) is the `libwool-capi` package; the programs
+//! `woolctl`, `wool-worker` and `wool-scaler` are packages of their own.
 //!
 //! The generated protobuf types and gRPC stubs are internal: a program does all of the above
 //! through these types, which own the channel, credential and error handling.
 //!
-//! # Be a worker
+//! # Be a worker (feature `worker`)
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
