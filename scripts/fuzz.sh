@@ -33,7 +33,11 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked >&2
 fi
 
-cargo +nightly fuzz build >&2
+# The instrumented build lives in the builds cache (scripts/tools-dir.sh), reused by later runs.
+. "$ROOT/scripts/tools-dir.sh"
+trim_builds
+FUZZ_TARGET_DIR="$BUILDS_DIR/fuzz"
+cargo +nightly fuzz build --target-dir "$FUZZ_TARGET_DIR" >&2
 status=0
 for target in "${TARGETS[@]}"; do
     corpus="corpus/$target"
@@ -43,7 +47,7 @@ for target in "${TARGETS[@]}"; do
     # Inputs found go to a scratch directory beside the committed corpus, so a short run
     # (CI's) leaves the committed corpus as it is; FUZZ_MINIMISE merges them back, minimised.
     scratch="$(mktemp -d)"
-    if cargo +nightly fuzz run "$target" "$scratch" "$corpus" -- \
+    if cargo +nightly fuzz run --target-dir "$FUZZ_TARGET_DIR" "$target" "$scratch" "$corpus" -- \
         -max_total_time="$SECONDS_EACH" -timeout=20 -rss_limit_mb=4096 \
         -print_final_stats=1 >"$log" 2>&1; then
         outcome="no crash"
@@ -60,7 +64,7 @@ for target in "${TARGETS[@]}"; do
     found=$(find "$scratch" -type f | wc -l)
     if [[ "${FUZZ_MINIMISE:-0}" == 1 && $crashed == 0 ]]; then
         cp -n "$scratch"/* "$corpus"/ 2>/dev/null || true
-        cargo +nightly fuzz cmin "$target" "$corpus" >/dev/null 2>&1 ||
+        cargo +nightly fuzz cmin --target-dir "$FUZZ_TARGET_DIR" "$target" "$corpus" >/dev/null 2>&1 ||
             echo "fuzz: cmin of $target failed" >&2
     fi
     printf 'fuzz %-16s %10s execs in %4d.%03d s, coverage %5s, corpus %4d (+%d new): %s\n' \
@@ -68,8 +72,4 @@ for target in "${TARGETS[@]}"; do
         "$(find "$corpus" -type f | wc -l)" "$found" "$outcome"
     rm -rf "$scratch" "$log"
 done
-# A CI machine keeps nothing between runs: free the instrumented build's disk.
-if [[ -n "${CI:-}" ]]; then
-    rm -rf "$ROOT/fuzz/target"
-fi
 exit $status

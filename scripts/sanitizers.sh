@@ -15,9 +15,10 @@
 # Needs: rustup (installs the nightly toolchain with rust-src and miri here if missing), a C
 # compiler with -fsanitize=address (gcc's libasan), the test prerequisites of tests/c_api.rs.
 # Takes about 15 minutes for all three on 2 cores (most of it building with instrumentation).
-# Each part builds in its own target directory (target/asan, target/tsan, target/miri) with line
-# tables only for debug info; with CI set, each is removed after its part (disk, not time, is
-# what a CI machine may lack).
+# Each part builds in its own target directory (asan, tsan, miri under the builds cache of
+# scripts/tools-dir.sh, ~/.cache/libwool/builds: a later run, of any clone, rebuilds only this
+# workspace's crates) with line tables only for debug info; the cache is emptied past its size
+# limit.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -25,6 +26,8 @@ cd "$ROOT"
 PARTS=("${@:-asan tsan miri}")
 read -r -a PARTS <<<"${PARTS[*]}"
 HOST="x86_64-unknown-linux-gnu"
+. "$ROOT/scripts/tools-dir.sh"
+trim_builds
 
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then
     echo "sanitizers: installing the nightly toolchain (minimal profile)" >&2
@@ -50,7 +53,7 @@ run() { # name command...
 }
 
 asan() {
-    local target_dir="$ROOT/target/asan"
+    local target_dir="$BUILDS_DIR/asan"
     # The library with ASan instrumentation (std as shipped: ASan needs no instrumented std).
     RUSTFLAGS="-Zsanitizer=address" "${LEAN[@]}" cargo +nightly build -p libwool-capi --lib \
         --target "$HOST" --target-dir "$target_dir" &&
@@ -66,14 +69,14 @@ asan() {
 tsan() {
     RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" \
         TSAN_OPTIONS="suppressions=$ROOT/scripts/tsan.supp:second_deadlock_stack=1" \
-        "${LEAN[@]}" cargo +nightly test -Zbuild-std --target "$HOST" --target-dir "$ROOT/target/tsan" \
+        "${LEAN[@]}" cargo +nightly test -Zbuild-std --target "$HOST" --target-dir "$BUILDS_DIR/tsan" \
         -p libwool -p libwool-capi --lib --test connection --test queue --test ffi_housekeeping \
         --test rotation
 }
 
 miri() {
     # Isolation off: the idle clock reads the monotonic clock.
-    MIRIFLAGS="-Zmiri-disable-isolation" "${LEAN[@]}" cargo +nightly miri test --target-dir "$ROOT/target/miri" \
+    MIRIFLAGS="-Zmiri-disable-isolation" "${LEAN[@]}" cargo +nightly miri test --target-dir "$BUILDS_DIR/miri" \
         -p libwool -p libwool-capi --lib -- worker::idle connection::target last_error::
 }
 
@@ -84,8 +87,5 @@ for part in "${PARTS[@]}"; do
         miri) run "miri: idle clock, target parser, last-error copy" miri ;;
         *) echo "sanitizers: unknown part $part (asan, tsan, miri)" >&2; exit 2 ;;
     esac
-    if [[ -n "${CI:-}" ]]; then
-        rm -rf "$ROOT/target/$part"
-    fi
 done
 exit $status

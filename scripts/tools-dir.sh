@@ -4,3 +4,19 @@
 # everything once, as before. LIBWOOL_TOOLS overrides it (e.g. target/tools for a clone's own).
 # Sets TOOLS_DIR.
 TOOLS_DIR="${LIBWOOL_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/libwool/tools}"
+
+# The instrumented and nightly builds of the fuzz and sanitizer suites, kept between runs in the
+# same way (LIBWOOL_BUILDS overrides it): std built with a sanitizer and every dependency are
+# reused, only this workspace's own crates are built again. Past LIBWOOL_BUILDS_MAX_GB (24 by
+# default) the folder is emptied first, since each clone's own crates add to it.
+# Sets BUILDS_DIR; call `trim_builds` before using it.
+BUILDS_DIR="${LIBWOOL_BUILDS:-${XDG_CACHE_HOME:-$HOME/.cache}/libwool/builds}"
+trim_builds() {
+    local max_kib=$((${LIBWOOL_BUILDS_MAX_GB:-24} * 1024 * 1024)) used
+    mkdir -p "$BUILDS_DIR"
+    used="$(du -sk "$BUILDS_DIR" 2>/dev/null | cut -f1)"
+    if ((${used:-0} > max_kib)); then
+        echo "builds cache $BUILDS_DIR holds ${used} KiB, over the limit: emptied" >&2
+        rm -rf "${BUILDS_DIR:?}"/*
+    fi
+}
