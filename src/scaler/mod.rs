@@ -64,7 +64,6 @@ mod service;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -75,8 +74,9 @@ use crate::worker::accept::{
     admit, bounded_server, default_max_connections, ConnectionLimits, Plaintext, DEFAULT_KEEPALIVE,
 };
 use crate::worker::health::{health_port_server, serve_health_alone};
+use crate::worker::listen::bind_side_port;
 use crate::worker::tls::ServerTls;
-use crate::worker::{CredentialReload, ServerCredentialFiles, WorkerError};
+use crate::worker::{CredentialReload, ServerCredentialFiles, ServerError};
 
 /// Streams (HTTP/2 streams: gRPC streams and unary calls alike) one connection to the scaler
 /// may have open at once: 2,048. KEDA's operator is one peer for every tenant, holding one
@@ -91,30 +91,9 @@ const _: () = assert!(
     "one connection must have room for every stream and every call at once"
 );
 
-/// Errors of starting or running a scaler.
-#[derive(Debug, thiserror::Error)]
-pub enum ScalerError {
-    /// Binding a listener failed.
-    #[error("cannot listen on {address}: {source}")]
-    Bind {
-        /// The address as given.
-        address: String,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// The TLS material could not be used (the message says why, naming the files).
-    #[error("invalid TLS configuration: {0}")]
-    Tls(String),
-    /// The server-reflection service could not be built from the descriptors.
-    #[error("cannot build server reflection: {0}")]
-    Reflection(String),
-    /// The gRPC server failed while serving.
-    #[error("scaler server failed: {0}")]
-    Serve(#[from] tonic::transport::Error),
-    /// The server task panicked or was aborted.
-    #[error("scaler server task ended abnormally: {0}")]
-    Join(#[from] tokio::task::JoinError),
-}
+/// Errors of starting or running a scaler: the worker's [`ServerError`] (one scaffold, one
+/// error type), under the scaler's name.
+pub type ScalerError = ServerError;
 
 /// Builds a [`ScalerHandle`]: a serving scaler.
 #[derive(Debug)]
@@ -208,17 +187,17 @@ impl ScalerBuilder {
             .map_err(|e| ScalerError::Reflection(e.to_string()))?;
         let tls = match self.credentials {
             Some(files) => {
-                let material = files.read().map_err(tls_error)?;
-                Some(ServerTls::new(material, Some(files)).map_err(tls_error)?)
+                let material = files.read()?;
+                Some(ServerTls::new(material, Some(files))?)
             }
             None => None,
         };
-        let (listener, address) = bind(&self.listen).await?;
+        let (listener, address) = bind_side_port(&self.listen).await?;
         // Until the scaler is running, a failure stops what has been started (the side ports).
         let started = shutdown.clone().drop_guard();
         let health_address = match &self.health_listen {
             Some(spec) => {
-                let (listener, local) = bind(spec).await?;
+                let (listener, local) = bind_side_port(spec).await?;
                 let router = health_port_server().add_service(health.clone());
                 serve_health_alone(listener, router, shutdown.clone());
                 Some(local)
@@ -227,7 +206,7 @@ impl ScalerBuilder {
         };
         let metrics_address = match &self.metrics_listen {
             Some(spec) => {
-                let (listener, local) = bind(spec).await?;
+                let (listener, local) = bind_side_port(spec).await?;
                 let scrape = Arc::clone(&metrics);
                 crate::worker::metrics::serve(
                     listener,
@@ -262,7 +241,7 @@ impl ScalerBuilder {
         };
         let server = match &tls {
             Some(tls) => {
-                tls.watch(shutdown.clone()).map_err(tls_error)?;
+                tls.watch(shutdown.clone())?;
                 let incoming = admit(listener, Arc::clone(tls), limits, None, "scaler");
                 tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop))
             }
@@ -289,23 +268,6 @@ impl ScalerBuilder {
             server: tokio::sync::Mutex::new(Some(server)),
         })
     }
-}
-
-fn tls_error(error: WorkerError) -> ScalerError {
-    ScalerError::Tls(match error {
-        WorkerError::Tls(message) => message,
-        other => other.to_string(),
-    })
-}
-
-async fn bind(address: &str) -> Result<(TcpListener, SocketAddr), ScalerError> {
-    let bind_error = |source| ScalerError::Bind {
-        address: address.to_owned(),
-        source,
-    };
-    let listener = TcpListener::bind(address).await.map_err(bind_error)?;
-    let local = listener.local_addr().map_err(bind_error)?;
-    Ok((listener, local))
 }
 
 /// A serving scaler.
@@ -343,7 +305,7 @@ impl ScalerHandle {
     /// refused (the previous stays in force; the log names the files).
     pub fn reload_credentials(&self) -> Result<CredentialReload, ScalerError> {
         match &self.tls {
-            Some(tls) => tls.reload().map_err(tls_error),
+            Some(tls) => tls.reload(),
             None => Err(ScalerError::Tls(
                 "the scaler serves plaintext: no credentials to reload".into(),
             )),

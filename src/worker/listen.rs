@@ -47,7 +47,7 @@ impl FromStr for ListenAddress {
 
 /// Binds a plaintext side port (health, metrics) on a TCP `host:port`; the listener and its
 /// address.
-pub(super) async fn bind_side_port(
+pub(crate) async fn bind_side_port(
     address: &str,
 ) -> Result<(TcpListener, SocketAddr), WorkerError> {
     let bind_error = |source| WorkerError::Bind {

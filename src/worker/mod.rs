@@ -20,7 +20,7 @@ pub(crate) mod authority;
 mod error;
 pub(crate) mod health;
 pub mod idle;
-mod listen;
+pub(crate) mod listen;
 pub mod metrics;
 mod reflection;
 pub mod routine;
@@ -41,7 +41,7 @@ use tokio::task::JoinHandle;
 
 use crate::protocol::worker_server::WorkerServer;
 pub use crate::Grace;
-pub use error::WorkerError;
+pub use error::{ServerError, WorkerError};
 use health::Health;
 use listen::bind_side_port;
 pub use listen::ListenAddress;
