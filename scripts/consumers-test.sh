@@ -11,7 +11,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PREFIX="${1:-$ROOT/target/prefix}"
 cd "$ROOT"
 "$ROOT/scripts/install.sh" "$PREFIX" >&2
-cargo build --quiet -p wool-worker
+cargo build --quiet --workspace --lib --bins --examples
 export PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig"
 fail() { echo "consumers-test: $*" >&2; exit 1; }
 

@@ -32,7 +32,7 @@ for tool in go pkg-config; do
 done
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 PREFIX="$ROOT/target/prefix"
-cargo build -p libwool-capi -p wool-worker
+cargo build --workspace --lib --bins --examples
 ./scripts/install.sh "$PREFIX"
 ./scripts/setup-venvs.sh >/dev/null
 

@@ -22,7 +22,7 @@ if ! command -v openssl >/dev/null 2>&1; then
     echo "python-test: the openssl command is needed for the TLS tests' certificates" >&2
     exit 1
 fi
-cargo build -p libwool-capi -p wool-worker
+cargo build --workspace --lib --bins --examples
 ./scripts/setup-venvs.sh
 # Test what `cargo build` just made, never a stale target/release build nor a bundled copy
 # (test_install.py unsets it for the package it installs).

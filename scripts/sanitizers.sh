@@ -63,7 +63,7 @@ asan() {
             WOOL_C_FLAGS="-fsanitize=address -fno-omit-frame-pointer" \
             ASAN_OPTIONS="detect_leaks=1:exitcode=23:abort_on_error=0:detect_stack_use_after_return=1" \
             LSAN_OPTIONS="exitcode=23" \
-            cargo test -p libwool --test c_api
+            cargo test --workspace --test c_api
 }
 
 tsan() {

@@ -87,7 +87,7 @@ out="$ROOT/target/soak"
 mkdir -p "$out"
 
 echo "soak.sh: building libwool (capi) and wool-worker ($profile)"
-cargo build --quiet "${cargo_profile[@]}" -p libwool-capi -p wool-worker
+cargo build --quiet "${cargo_profile[@]}" --workspace --lib --bins --examples
 # The run uses copies of the library and the worker (replaced by rename, so a run still going
 # keeps its own), so that a cargo build during a long run changes neither under it.
 for file in libwool.so wool-worker; do

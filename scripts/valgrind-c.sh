@@ -8,4 +8,4 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 command -v valgrind >/dev/null || { echo "valgrind-c.sh: valgrind is not installed (apt-get install valgrind)" >&2; exit 1; }
-WOOL_VALGRIND=1 exec cargo test -p libwool --test c_api "$@"
+WOOL_VALGRIND=1 exec cargo test --workspace --test c_api "$@"
