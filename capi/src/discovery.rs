@@ -412,6 +412,7 @@ fn placeholder() -> DiscoveredWorker {
         secure: false,
         identity: None,
         options: None,
+        origin: Default::default(),
     }
 }
 
