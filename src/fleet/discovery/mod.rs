@@ -33,7 +33,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 pub use admission::Refusal;
-#[cfg(feature = "dns")]
+#[cfg(feature = "scaler")]
 pub(crate) use dns::check_name as check_dns_name;
 #[cfg(feature = "dns")]
 pub use dns::{DnsDiscovery, DEFAULT_DNS_TIMEOUT, MAX_DNS_ADDRESSES};
