@@ -18,11 +18,11 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::{hostile, library_dir, Pki, WorkerProcess};
+use libwool::WorkerConnection;
 use wool::{
     wool_connect, wool_connection, wool_free, wool_idle, wool_last_error, wool_last_rpc_code,
     wool_status, wool_stop,
 };
-use libwool::WorkerConnection;
 
 // ---- building and running the C programs ----------------------------------------------------
 
@@ -743,7 +743,12 @@ fn c_lists_a_fleet_by_dns_name() {
             wool_worker_list_connect(list, index, std::ptr::null(), std::ptr::null(), &mut conn);
         assert_eq!(status, wool_status::Ok, "{:?}", last_error());
         let mut seconds = -1.0;
-        assert_eq!(wool_idle(conn, 5.0, &mut seconds), wool_status::Ok, "{:?}", last_error());
+        assert_eq!(
+            wool_idle(conn, 5.0, &mut seconds),
+            wool_status::Ok,
+            "{:?}",
+            last_error()
+        );
         assert!(seconds >= 0.0);
         wool_free(conn);
         wool_worker_list_free(list);
@@ -766,7 +771,13 @@ fn c_lists_a_fleet_by_dns_name() {
             assert!(message.contains(says), "{says}: {message}");
         }
         assert_eq!(
-            wool_discover_dns(localhost.as_ptr(), port, 0.0, std::ptr::null(), std::ptr::null_mut()),
+            wool_discover_dns(
+                localhost.as_ptr(),
+                port,
+                0.0,
+                std::ptr::null(),
+                std::ptr::null_mut()
+            ),
             wool_status::InvalidArgument
         );
         let mut list: *mut wool_worker_list = std::ptr::null_mut();
@@ -774,7 +785,11 @@ fn c_lists_a_fleet_by_dns_name() {
             wool_discover(localhost.as_ptr(), WOOL_DISCOVERY_DNS, 0.0, &mut list),
             wool_status::InvalidArgument
         );
-        assert!(last_error().0.contains("wool_discover_dns"), "{:?}", last_error());
+        assert!(
+            last_error().0.contains("wool_discover_dns"),
+            "{:?}",
+            last_error()
+        );
         assert_eq!(
             wool_discover_admitted(
                 localhost.as_ptr(),

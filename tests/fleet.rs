@@ -665,6 +665,8 @@ fn dns_records_are_reached_with_the_callers_credentials_and_verified_by_name() {
     assert!(poll(&record(&localhost), &credentials).unwrap() >= 0.0);
     let error = poll(&record(&named), &credentials).unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Handshake, "{error}");
-    let explicit = credentials.with_identity(common::NAMED_LEAF_IDENTITY).unwrap();
+    let explicit = credentials
+        .with_identity(common::NAMED_LEAF_IDENTITY)
+        .unwrap();
     assert!(poll(&record(&named), &explicit).unwrap() >= 0.0);
 }

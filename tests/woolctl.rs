@@ -115,8 +115,23 @@ fn usage_errors_exit_2() {
         &["sweep", "--dns-name", "localhost"][..],
         &["sweep", "--port", "1"][..],
         &["sweep", "--dns-name", "localhost", "--port", "0"][..],
-        &["sweep", "--dns-name", "localhost", "--port", "1", "--namespace", "x"][..],
-        &["sweep", "--dns-name", "localhost", "--port", "1", "127.0.0.1:1"][..],
+        &[
+            "sweep",
+            "--dns-name",
+            "localhost",
+            "--port",
+            "1",
+            "--namespace",
+            "x",
+        ][..],
+        &[
+            "sweep",
+            "--dns-name",
+            "localhost",
+            "--port",
+            "1",
+            "127.0.0.1:1",
+        ][..],
         &["sweep", "--dns-name", "localhost", "--port", "1", "--lan"][..],
         &["sweep", "--dns-name", "w:1", "--port", "1"][..],
         &["discover", "x", "--dns-name", "localhost", "--port", "1"][..],
@@ -137,7 +152,14 @@ fn discover_sweep_and_reap_a_fleet_by_dns_name() {
     let worker = WorkerProcess::plaintext();
     let port = worker.address.rsplit(':').next().unwrap().to_owned();
     let ipv6 = format!("[::1]:{port}");
-    let by_dns = ["--dns-name", "localhost", "--port", &port, "--output", "json"];
+    let by_dns = [
+        "--dns-name",
+        "localhost",
+        "--port",
+        &port,
+        "--output",
+        "json",
+    ];
     let sweep = woolctl(&[&["sweep"][..], &by_dns].concat());
     let lines = json_lines(&sweep);
     let ours: Vec<_> = lines
@@ -146,7 +168,10 @@ fn discover_sweep_and_reap_a_fleet_by_dns_name() {
         .collect();
     assert_eq!(ours.len(), 1, "{lines:?}");
     assert_eq!(ours[0]["ok"], true, "{lines:?}");
-    assert!(ours[0]["idle_seconds"].as_f64().unwrap() >= 0.0, "{lines:?}");
+    assert!(
+        ours[0]["idle_seconds"].as_f64().unwrap() >= 0.0,
+        "{lines:?}"
+    );
     assert!(
         lines
             .iter()
@@ -157,7 +182,11 @@ fn discover_sweep_and_reap_a_fleet_by_dns_name() {
     assert_eq!(code(&sweep), expected, "{}", stderr(&sweep));
     let table = woolctl(&["sweep", "--dns-name", "localhost", "--port", &port]);
     assert_eq!(code(&table), expected, "{}", stderr(&table));
-    assert!(stdout(&table).contains(&worker.address), "{}", stdout(&table));
+    assert!(
+        stdout(&table).contains(&worker.address),
+        "{}",
+        stdout(&table)
+    );
     let discover = woolctl(&[&["discover"][..], &by_dns].concat());
     assert_eq!(code(&discover), 0, "{}", stderr(&discover));
     assert!(
@@ -172,7 +201,11 @@ fn discover_sweep_and_reap_a_fleet_by_dns_name() {
     assert!(stdout(&reap).contains(&worker.address), "{}", stdout(&reap));
     let watch = woolctl(&[&["discover", "--watch"][..], &by_dns].concat());
     assert_ne!(code(&watch), 0);
-    assert!(stderr(&watch).contains("cannot watch"), "{}", stderr(&watch));
+    assert!(
+        stderr(&watch).contains("cannot watch"),
+        "{}",
+        stderr(&watch)
+    );
 }
 
 /// Given a real Wool pool of 3 with one worker busy, when woolctl discovers, sweeps and reaps it

@@ -23,8 +23,6 @@ use std::any::Any;
 use std::ffi::{c_char, CStr};
 use std::time::Duration;
 
-use libwool::connection::Error;
-use libwool::Grace;
 pub use connection::{wool_connect, wool_connection, wool_free, wool_idle, wool_stop};
 pub use credentials::{
     wool_credentials, wool_credentials_free, wool_credentials_from_files,
@@ -41,6 +39,8 @@ pub use fleet::{
     wool_retire_reason_name,
 };
 pub use last_error::{wool_last_error, wool_last_rpc_code};
+use libwool::connection::Error;
+use libwool::Grace;
 pub use options::{
     wool_channel_options, wool_channel_options_free, wool_channel_options_new,
     wool_channel_options_set_connect_timeout, wool_channel_options_set_keepalive_interval,
@@ -75,7 +75,6 @@ pub fn timeout_from_seconds(seconds: f64) -> Result<Option<Duration>, Error> {
         ))
     })
 }
-
 
 /// Runs an exported function's body, catching any panic so that no unwinding crosses into C.
 ///

@@ -12,15 +12,17 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use futures_util::StreamExt;
-use serde_json::json;
 use libwool::connection::{ChannelOptions, Peers};
 use libwool::fleet::discovery::{
     DiscoveredWorker, Discovery, DiscoveryEvent, DnsDiscovery, LanDiscovery, LocalDiscovery,
     Refusal,
 };
-use libwool::fleet::{parse_duration, retire, sweep_observed, Decision, RetirePolicy, SweepOptions};
+use libwool::fleet::{
+    parse_duration, retire, sweep_observed, Decision, RetirePolicy, SweepOptions,
+};
 use libwool::Grace;
 use libwool::{Error, WorkerConnection, WorkerCredentials};
+use serde_json::json;
 
 #[derive(Parser)]
 #[command(
@@ -701,7 +703,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 (None, Some(namespace)) => {
                     discovery(namespace, lan, Some(listen), context.lan_allow_local)?
                 }
-                (None, None) => return Err(Failure::Usage("give a namespace or --dns-name".into())),
+                (None, None) => {
+                    return Err(Failure::Usage("give a namespace or --dns-name".into()))
+                }
             };
             let namespace = discovery.namespace().to_owned();
             if watch {

@@ -154,7 +154,12 @@ pub(super) fn check(
     };
     // A DNS record's name is the caller's own, verified against unless the caller names another.
     let named = (!advertisement && credentials.identity().is_none())
-        .then(|| worker.identity.as_deref().map(|name| name.trim().to_owned()))
+        .then(|| {
+            worker
+                .identity
+                .as_deref()
+                .map(|name| name.trim().to_owned())
+        })
         .flatten();
     let Some(peers) = credentials.peers() else {
         // No policy: an advertisement is ignored, as in Wool.

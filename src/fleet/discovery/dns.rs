@@ -229,7 +229,10 @@ mod tests {
 
     #[test]
     fn localhost_lists_its_addresses_as_dns_records() {
-        let workers = DnsDiscovery::new("localhost", 4321).unwrap().list().unwrap();
+        let workers = DnsDiscovery::new("localhost", 4321)
+            .unwrap()
+            .list()
+            .unwrap();
         assert!(!workers.is_empty());
         for worker in &workers {
             assert!(
@@ -267,7 +270,10 @@ mod tests {
 
     #[test]
     fn dns_discovery_cannot_watch() {
-        let error = DnsDiscovery::new("localhost", 1).unwrap().watch().unwrap_err();
+        let error = DnsDiscovery::new("localhost", 1)
+            .unwrap()
+            .watch()
+            .unwrap_err();
         assert_eq!(error.kind(), ErrorKind::InvalidArgument);
         assert!(error.message().contains("cannot watch"), "{error}");
     }
