@@ -73,11 +73,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use prost::Message as _;
-use serde::Serialize;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
 use libwool::protocol::externalscaler::{
     external_scaler_client::ExternalScalerClient, GetMetricsRequest, ScaledObjectRef,
 };
@@ -87,6 +82,11 @@ use libwool::protocol::{
 };
 use libwool::worker::{RoutineRegistry, Worker};
 use libwool::WorkerConnection;
+use prost::Message as _;
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -66,7 +66,6 @@
 //! ```
 
 #![deny(missing_docs)]
-
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod connection;

@@ -369,9 +369,7 @@ async fn given_bad_input_then_invalid_argument_before_any_io() {
     assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{error}");
     for seconds in [0.0, -1.0, f64::NAN] {
         assert_eq!(
-            wool::timeout_from_seconds(seconds)
-                .unwrap_err()
-                .kind(),
+            wool::timeout_from_seconds(seconds).unwrap_err().kind(),
             ErrorKind::InvalidArgument
         );
     }

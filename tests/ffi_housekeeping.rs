@@ -5,8 +5,8 @@
 use std::ffi::CString;
 use std::time::{Duration, Instant};
 
-use wool::{self as ffi, wool_status};
 use libwool::worker::{Grace, RoutineRegistry, Worker};
+use wool::{self as ffi, wool_status};
 
 #[test]
 fn given_idle_c_host_holding_a_connection_when_worker_stops_then_it_hangs_up_and_the_worker_ends_gracefully(

@@ -10,9 +10,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::hostile::{self, FakeWorker};
-use tonic::Code;
 use libwool::connection::{ChannelOptions, ErrorKind, WorkerConnection, WorkerCredentials};
 use libwool::Grace;
+use tonic::Code;
 
 /// The deadline every call here is given.
 const DEADLINE: Duration = Duration::from_secs(2);

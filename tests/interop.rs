@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use common::{Pki, WorkerProcess};
 use libwool::connection::{ErrorKind, WorkerConnection, WorkerCredentials};
-use wool::{self as ffi, wool_status};
 use libwool::Grace;
+use wool::{self as ffi, wool_status};
 
 const TIMEOUT: Option<Duration> = Some(Duration::from_secs(10));
 

@@ -7,11 +7,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Pki, WorkerProcess};
+use libwool::Grace;
+use libwool::WorkerConnection;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
-use libwool::Grace;
-use libwool::WorkerConnection;
 
 const WORKER_SERVICE: &str = "wool.runtime.protobuf.wire.Worker";
 

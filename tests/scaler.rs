@@ -12,8 +12,8 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use common::{WoolPool, WorkerProcess};
-use serde_json::Value;
 use libwool::WorkerConnection;
+use serde_json::Value;
 
 /// A `wool-scaler` process, SIGKILLed on drop if still running.
 struct ScalerProcess {

@@ -9,9 +9,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{client_mutual, Pki, WorkerProcess};
+use libwool::connection::{ChannelOptions, WorkerConnection, WorkerCredentials};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
-use libwool::connection::{ChannelOptions, WorkerConnection, WorkerCredentials};
 
 /// Silent connections each test holds open.
 const SILENT: usize = 500;

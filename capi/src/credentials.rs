@@ -248,7 +248,9 @@ pub unsafe extern "C" fn wool_credentials_with_peers(
         let credentials = unsafe { super::try_ref(credentials, "credentials") }?;
         let out = unsafe { try_mut(out, "out") }?;
         if peers.is_null() {
-            return Err(libwool::connection::Error::invalid_argument("peers is NULL"));
+            return Err(libwool::connection::Error::invalid_argument(
+                "peers is NULL",
+            ));
         }
         if count == 0 || count > MAX_PEER_NAMES {
             return Err(libwool::connection::Error::invalid_argument(format!(
