@@ -36,6 +36,12 @@ pub struct PerProcess<T> {
     slot: AtomicPtr<Stamped<T>>,
 }
 
+impl<T> Default for PerProcess<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 struct Stamped<T> {
     generation: u64,
     value: T,
