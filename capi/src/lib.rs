@@ -59,7 +59,7 @@ pub use status::{wool_status, wool_status_name};
 /// Turns a timeout in seconds (as C, Go and Python hosts pass it) into a call deadline:
 /// positive finite → that long; `+∞` → no deadline (`None`).
 ///
-/// Errors: [`ErrorKind::InvalidArgument`] for 0, negative or NaN.
+/// Errors: [`ErrorKind::InvalidArgument`](libwool::ErrorKind::InvalidArgument) for 0, negative or NaN.
 pub fn timeout_from_seconds(seconds: f64) -> Result<Option<Duration>, Error> {
     if seconds.is_nan() || seconds <= 0.0 {
         return Err(Error::invalid_argument(format!(
