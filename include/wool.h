@@ -38,6 +38,13 @@
 #define WOOL_DISCOVERY_LAN 1
 
 /**
+ * The DNS backend (every address a DNS name resolves to, at a port): listed with
+ * wool_discover_dns only, since it needs a port; wool_discover, wool_discover_admitted and
+ * wool_watch_new refuse it (WOOL_STATUS_INVALID_ARGUMENT).
+ */
+#define WOOL_DISCOVERY_DNS 2
+
+/**
  * wool_worker_info.refusal: the admission gate admits the worker.
  */
 #define WOOL_DISCOVERY_REFUSAL_NONE 0
@@ -552,6 +559,33 @@ wool_status wool_discover(const char *namespace_, int backend, double listen_sec
  * As wool_discover; `credentials` NULL or live.
  */
 wool_status wool_discover_admitted(const char *namespace_, int backend, double listen_seconds, const wool_credentials *credentials, wool_worker_list **out);
+
+/**
+ * Lists the workers at every address the DNS name `name` resolves to (A and AAAA records, e.g.
+ * a Kubernetes headless Service), each at `port`, and writes the list to `*out`, sorted by
+ * address (`ip:port`, `[ip]:port` for IPv6). A name with no records lists as empty. The
+ * lookup uses the system's resolver configuration and hosts file and waits at most
+ * `timeout_seconds` (0 = the default, 5 s); an answer with more than 10,000 addresses fails.
+ * Blocks the calling thread.
+ *
+ * A DNS record tells only the address: `uid` is the nil UUID, `pid` 0, `version` "", `tags_json`
+ * `[]`, `extra_json` `{}`, `secure` false and `identity` the DNS name. Such a record is the
+ * caller's own naming, not an advertisement: the admission gate skips its security and version
+ * rules (the caller's credentials decide TLS) and a peers policy is applied to the DNS name;
+ * `refusal` is the verdict for `credentials` (NULL = none). Connect a listed worker with
+ * wool_worker_list_connect, which verifies its certificate against the DNS name unless the
+ * credentials name another (wool_connect_worker, given the `wool_worker_info` alone, cannot
+ * tell a DNS record and refuses it on version).
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT (NULL or non-UTF-8 `name`, a `name` that is not a DNS
+ * name, e.g. with a `:port` in it, `port` 0, a negative, NaN or infinite `timeout_seconds`,
+ * NULL `out`) or WOOL_STATUS_TRANSIENT (the resolver configuration cannot be read, the lookup
+ * fails or times out, too many addresses).
+ *
+ * # Safety
+ * `name` must be NULL or NUL-terminated; `credentials` NULL or live; `out` NULL or writable.
+ */
+wool_status wool_discover_dns(const char *name, uint16_t port, double timeout_seconds, const wool_credentials *credentials, wool_worker_list **out);
 
 /**
  * Makes a handle to the worker at `index` in `list` and writes it to `*out`, as

@@ -4,7 +4,7 @@
 //! threads are gone), pooled connections (whose sockets and epoll registrations it shares with
 //! the parent) and locks that a parent thread held at the moment of the fork. Touching any of
 //! them in the child would corrupt the parent's connections or wait for ever. So every piece of
-//! process-wide state lives in a [`PerProcess`] slot, stamped with the fork generation it was
+//! process-wide state lives in a [`PerProcess`](crate::process::PerProcess) slot, stamped with the fork generation it was
 //! made in: a child counts a new generation (a `pthread_atfork` handler), and its first use of
 //! a slot makes a fresh value. The parent's value is left exactly as it was and never used,
 //! locked or dropped in the child (its memory is simply not reclaimed there).

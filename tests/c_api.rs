@@ -701,6 +701,114 @@ fn c_watches_a_wool_pool() {
     assert!(out.contains("2 workers reported as added"), "{out}");
 }
 
+/// Given a worker on 127.0.0.1, when a host lists `localhost` at its port with
+/// wool_discover_dns, then the worker is in the list (a DNS record: nil uid, no version,
+/// identity `localhost`, admitted), wool_worker_list_connect reaches it and it answers a poll;
+/// a NULL name, a non-UTF-8 name, a name with a port, port 0, a NaN timeout and the DNS backend
+/// given to wool_discover and wool_watch_new are refused with INVALID_ARGUMENT.
+#[test]
+fn c_lists_a_fleet_by_dns_name() {
+    use wool::discovery::{wool_discover_admitted, wool_worker_list_connect};
+    use wool::{
+        wool_discover, wool_discover_dns, wool_watch, wool_watch_new, wool_worker_list,
+        wool_worker_list_count, wool_worker_list_free, wool_worker_list_get, WOOL_DISCOVERY_DNS,
+    };
+    let worker = WorkerProcess::plaintext();
+    let port = common::port_of(&worker.address);
+    let localhost = CString::new("localhost").unwrap();
+    let mut list: *mut wool_worker_list = std::ptr::null_mut();
+    // SAFETY: NUL-terminated strings, NULL or live handles, writable out-pointers; `list` and
+    // `conn` are used only until freed, the info pointers only while `list` lives.
+    unsafe {
+        let status = wool_discover_dns(localhost.as_ptr(), port, 0.0, std::ptr::null(), &mut list);
+        assert_eq!(status, wool_status::Ok, "{:?}", last_error());
+        let count = wool_worker_list_count(list);
+        let index = (0..count)
+            .find(|i| {
+                let info = &*wool_worker_list_get(list, *i);
+                CStr::from_ptr(info.address).to_str().unwrap() == worker.address
+            })
+            .expect("the worker is listed");
+        let info = &*wool_worker_list_get(list, index);
+        assert_eq!(CStr::from_ptr(info.identity).to_str().unwrap(), "localhost");
+        assert_eq!(CStr::from_ptr(info.version).to_str().unwrap(), "");
+        assert_eq!(
+            CStr::from_ptr(info.uid).to_str().unwrap(),
+            "00000000-0000-0000-0000-000000000000"
+        );
+        assert!(!info.secure);
+        assert_eq!(info.refusal, wool::discovery::WOOL_DISCOVERY_REFUSAL_NONE);
+        let mut conn: *mut wool_connection = std::ptr::null_mut();
+        let status =
+            wool_worker_list_connect(list, index, std::ptr::null(), std::ptr::null(), &mut conn);
+        assert_eq!(status, wool_status::Ok, "{:?}", last_error());
+        let mut seconds = -1.0;
+        assert_eq!(
+            wool_idle(conn, 5.0, &mut seconds),
+            wool_status::Ok,
+            "{:?}",
+            last_error()
+        );
+        assert!(seconds >= 0.0);
+        wool_free(conn);
+        wool_worker_list_free(list);
+
+        let not_utf8 = [0xffu8 as c_char, 0];
+        let with_port = CString::new("localhost:1").unwrap();
+        for (name, port, timeout, says) in [
+            (std::ptr::null(), port, 0.0, "name"),
+            (not_utf8.as_ptr(), port, 0.0, "UTF-8"),
+            (with_port.as_ptr(), port, 0.0, "give the port"),
+            (localhost.as_ptr(), 0, 0.0, "port"),
+            (localhost.as_ptr(), port, f64::NAN, "timeout_seconds"),
+            (localhost.as_ptr(), port, -1.0, "timeout_seconds"),
+        ] {
+            let mut list: *mut wool_worker_list = std::ptr::null_mut();
+            let status = wool_discover_dns(name, port, timeout, std::ptr::null(), &mut list);
+            assert_eq!(status, wool_status::InvalidArgument, "{says}");
+            assert!(list.is_null());
+            let (message, _) = last_error();
+            assert!(message.contains(says), "{says}: {message}");
+        }
+        assert_eq!(
+            wool_discover_dns(
+                localhost.as_ptr(),
+                port,
+                0.0,
+                std::ptr::null(),
+                std::ptr::null_mut()
+            ),
+            wool_status::InvalidArgument
+        );
+        let mut list: *mut wool_worker_list = std::ptr::null_mut();
+        assert_eq!(
+            wool_discover(localhost.as_ptr(), WOOL_DISCOVERY_DNS, 0.0, &mut list),
+            wool_status::InvalidArgument
+        );
+        assert!(
+            last_error().0.contains("wool_discover_dns"),
+            "{:?}",
+            last_error()
+        );
+        assert_eq!(
+            wool_discover_admitted(
+                localhost.as_ptr(),
+                WOOL_DISCOVERY_DNS,
+                0.0,
+                std::ptr::null(),
+                &mut list
+            ),
+            wool_status::InvalidArgument
+        );
+        let mut watch: *mut wool_watch = std::ptr::null_mut();
+        assert_eq!(
+            wool_watch_new(localhost.as_ptr(), WOOL_DISCOVERY_DNS, &mut watch),
+            wool_status::InvalidArgument
+        );
+        assert!(watch.is_null());
+    }
+}
+
 /// Given three idle workers, when C runs wool_retire_idle as a dry run and then keeping one,
 /// then the dry run stops nothing and the real round retires the two most idle (they exit 0)
 /// and keeps the last.

@@ -12,7 +12,8 @@ use common::netns::{link_or_skip, Link};
 use common::{unique_namespace, WoolPool, WorkerProcess};
 use libwool::connection::{ChannelOptions, Peers};
 use libwool::fleet::discovery::{
-    admit, DiscoveredWorker, DiscoveryEvent, LanDiscovery, LocalDiscovery, Refusal,
+    admit, DiscoveredWorker, Discovery, DiscoveryEvent, DnsDiscovery, LanDiscovery, LocalDiscovery,
+    Origin, Refusal,
 };
 use libwool::fleet::{retire, sweep, Reason, RetirePolicy, SweepOptions};
 use libwool::Grace;
@@ -591,4 +592,81 @@ fn reap_every_runs_rounds_until_told_to_stop() {
     assert_eq!(reasons.last(), Some(&Reason::Idle), "{reasons:?}");
     assert!(reasons[0] == Reason::BelowThreshold, "{reasons:?}");
     assert_eq!(worker.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
+/// Given a plaintext worker on 127.0.0.1, when `DnsDiscovery` lists `localhost` at its port,
+/// then the worker is one record (origin DNS, identity `localhost`, nothing else advertised),
+/// the admission gate admits it with no credentials, and it answers a poll; the same through
+/// `Discovery::Dns`, which cannot watch.
+#[test]
+fn dns_discovery_lists_a_worker_by_name() {
+    let worker = WorkerProcess::plaintext();
+    let port = common::port_of(&worker.address);
+    let dns = DnsDiscovery::new("localhost", port).unwrap();
+    let found = dns.list().unwrap();
+    let ours: Vec<&DiscoveredWorker> = found
+        .iter()
+        .filter(|w| w.address == worker.address)
+        .collect();
+    assert_eq!(ours.len(), 1, "{found:?}");
+    assert_eq!(ours[0].origin, Origin::Dns);
+    assert_eq!(ours[0].identity.as_deref(), Some("localhost"));
+    assert!(!ours[0].secure && ours[0].version.is_empty() && ours[0].uid.is_nil());
+    let discovery = Discovery::Dns(dns);
+    let admission = discovery.list_admitted(None).unwrap();
+    assert!(admission.refused.is_empty(), "{admission:?}");
+    assert_eq!(admission.admitted, found);
+    let connection = ours[0].connect(None, ChannelOptions::default()).unwrap();
+    let idle = runtime()
+        .block_on(connection.idle(Some(Duration::from_secs(5))))
+        .unwrap();
+    assert!(idle >= 0.0);
+    assert_eq!(discovery.namespace(), "localhost");
+    let error = discovery.watch().unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidArgument);
+}
+
+/// Given mutual-TLS workers on 127.0.0.1, one with a certificate for `localhost` and one for
+/// another name, when their DNS records are connected with credentials, then both are admitted
+/// (a DNS record advertises no security: the caller's credentials decide), each is verified
+/// against the DNS name, so the first answers and the second fails the handshake, and an
+/// explicit server name in the credentials wins over the DNS name.
+#[test]
+fn dns_records_are_reached_with_the_callers_credentials_and_verified_by_name() {
+    let pki = common::Pki::generate();
+    let localhost = WorkerProcess::spawn(&pki.mutual_args());
+    let named = WorkerProcess::spawn(&[
+        "--tls-ca".into(),
+        pki.ca_path.display().to_string(),
+        "--tls-cert".into(),
+        pki.named_leaf.cert_path.display().to_string(),
+        "--tls-key".into(),
+        pki.named_leaf.key_path.display().to_string(),
+    ]);
+    let credentials = pki.client_mutual(&pki.ca_pem, &pki.leaf);
+    let runtime = runtime();
+    let record = |worker: &WorkerProcess| {
+        let listed = DnsDiscovery::new("localhost", common::port_of(&worker.address))
+            .unwrap()
+            .list()
+            .unwrap();
+        listed
+            .into_iter()
+            .find(|w| w.address == worker.address)
+            .expect("listed")
+    };
+    let poll = |record: &DiscoveredWorker, credentials: &libwool::WorkerCredentials| {
+        assert!(record.refusal(Some(credentials)).is_none());
+        let connection = record
+            .connect(Some(credentials), ChannelOptions::default())
+            .unwrap();
+        runtime.block_on(connection.idle(Some(Duration::from_secs(5))))
+    };
+    assert!(poll(&record(&localhost), &credentials).unwrap() >= 0.0);
+    let error = poll(&record(&named), &credentials).unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Handshake, "{error}");
+    let explicit = credentials
+        .with_identity(common::NAMED_LEAF_IDENTITY)
+        .unwrap();
+    assert!(poll(&record(&named), &explicit).unwrap() >= 0.0);
 }

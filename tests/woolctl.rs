@@ -112,12 +112,100 @@ fn usage_errors_exit_2() {
             "127.0.0.1:1",
         ][..],
         &["reap", "--idle-over", "1e30", "127.0.0.1:1"][..],
+        &["sweep", "--dns-name", "localhost"][..],
+        &["sweep", "--port", "1"][..],
+        &["sweep", "--dns-name", "localhost", "--port", "0"][..],
+        &[
+            "sweep",
+            "--dns-name",
+            "localhost",
+            "--port",
+            "1",
+            "--namespace",
+            "x",
+        ][..],
+        &[
+            "sweep",
+            "--dns-name",
+            "localhost",
+            "--port",
+            "1",
+            "127.0.0.1:1",
+        ][..],
+        &["sweep", "--dns-name", "localhost", "--port", "1", "--lan"][..],
+        &["sweep", "--dns-name", "w:1", "--port", "1"][..],
+        &["discover", "x", "--dns-name", "localhost", "--port", "1"][..],
     ] {
         let output = woolctl(args);
         assert_eq!(code(&output), 2, "{args:?}: {}", stderr(&output));
         assert!(stdout(&output).is_empty(), "{args:?}: {}", stdout(&output));
         assert!(!stderr(&output).is_empty(), "{args:?}");
     }
+}
+
+/// Given a worker on 127.0.0.1 (`localhost` resolves there, and may resolve to ::1 too, where
+/// nothing listens), when woolctl discovers, sweeps and dry-run reaps by `--dns-name localhost
+/// --port <its port>`, then each lists or polls that worker: its row with its idle seconds; the
+/// exit status is 0 unless the ::1 row failed.
+#[test]
+fn discover_sweep_and_reap_a_fleet_by_dns_name() {
+    let worker = WorkerProcess::plaintext();
+    let port = worker.address.rsplit(':').next().unwrap().to_owned();
+    let ipv6 = format!("[::1]:{port}");
+    let by_dns = [
+        "--dns-name",
+        "localhost",
+        "--port",
+        &port,
+        "--output",
+        "json",
+    ];
+    let sweep = woolctl(&[&["sweep"][..], &by_dns].concat());
+    let lines = json_lines(&sweep);
+    let ours: Vec<_> = lines
+        .iter()
+        .filter(|l| l["target"] == worker.address.as_str())
+        .collect();
+    assert_eq!(ours.len(), 1, "{lines:?}");
+    assert_eq!(ours[0]["ok"], true, "{lines:?}");
+    assert!(
+        ours[0]["idle_seconds"].as_f64().unwrap() >= 0.0,
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["target"] == worker.address.as_str() || l["target"] == ipv6.as_str()),
+        "{lines:?}"
+    );
+    let expected = i32::from(lines.len() > 1);
+    assert_eq!(code(&sweep), expected, "{}", stderr(&sweep));
+    let table = woolctl(&["sweep", "--dns-name", "localhost", "--port", &port]);
+    assert_eq!(code(&table), expected, "{}", stderr(&table));
+    assert!(
+        stdout(&table).contains(&worker.address),
+        "{}",
+        stdout(&table)
+    );
+    let discover = woolctl(&[&["discover"][..], &by_dns].concat());
+    assert_eq!(code(&discover), 0, "{}", stderr(&discover));
+    assert!(
+        json_lines(&discover)
+            .iter()
+            .any(|l| l["address"] == worker.address.as_str()),
+        "{}",
+        stdout(&discover)
+    );
+    let reap = woolctl(&[&["reap", "--idle-over", "1h", "--dry-run"][..], &by_dns].concat());
+    assert_eq!(code(&reap), expected, "{}", stderr(&reap));
+    assert!(stdout(&reap).contains(&worker.address), "{}", stdout(&reap));
+    let watch = woolctl(&[&["discover", "--watch"][..], &by_dns].concat());
+    assert_ne!(code(&watch), 0);
+    assert!(
+        stderr(&watch).contains("cannot watch"),
+        "{}",
+        stderr(&watch)
+    );
 }
 
 /// Given a real Wool pool of 3 with one worker busy, when woolctl discovers, sweeps and reaps it

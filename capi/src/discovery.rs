@@ -1,6 +1,7 @@
 //! Discovery in the C ABI: `wool_discover` / `wool_discover_admitted` (a listing, each worker
 //! with the admission gate's verdict), `wool_watch_*` (joins and leaves), `wool_connect_worker`
-//! and `wool_worker_list_connect` (a handle to a worker the gate admits).
+//! and `wool_worker_list_connect` (a handle to a worker the gate admits); `wool_discover_dns`
+//! (a listing by DNS name).
 
 use std::ffi::{c_char, c_int, CString};
 use std::sync::Mutex;
@@ -13,7 +14,8 @@ use super::{ffi_panic_boundary, free_boxed, set_boxed, try_mut, try_ref, try_str
 use libwool::connection::WorkerCredentials;
 use libwool::connection::{Error, WorkerConnection};
 use libwool::fleet::discovery::{
-    DiscoveredWorker, Discovery, DiscoveryEvent, LanDiscovery, LocalDiscovery, Refusal, Watch,
+    DiscoveredWorker, Discovery, DiscoveryEvent, DnsDiscovery, LanDiscovery, LocalDiscovery,
+    Refusal, Watch,
 };
 
 /// wool_discover / wool_watch_new backend: the shared-memory registry on this host (Wool's
@@ -21,6 +23,10 @@ use libwool::fleet::discovery::{
 pub const WOOL_DISCOVERY_LOCAL: c_int = 0;
 /// wool_discover / wool_watch_new backend: DNS-SD over multicast DNS (Wool's LanDiscovery).
 pub const WOOL_DISCOVERY_LAN: c_int = 1;
+/// The DNS backend (every address a DNS name resolves to, at a port): listed with
+/// wool_discover_dns only, since it needs a port; wool_discover, wool_discover_admitted and
+/// wool_watch_new refuse it (WOOL_STATUS_INVALID_ARGUMENT).
+pub const WOOL_DISCOVERY_DNS: c_int = 2;
 
 /// wool_worker_info.refusal: the admission gate admits the worker.
 pub const WOOL_DISCOVERY_REFUSAL_NONE: c_int = 0;
@@ -167,6 +173,10 @@ fn discovery(
                 None => lan,
             }))
         }
+        WOOL_DISCOVERY_DNS => Err(Error::invalid_argument(
+            "WOOL_DISCOVERY_DNS needs a port: list with wool_discover_dns (DNS discovery cannot \
+             watch)",
+        )),
         other => Err(Error::invalid_argument(format!(
             "backend must be WOOL_DISCOVERY_LOCAL (0) or WOOL_DISCOVERY_LAN (1), got {other}"
         ))),
@@ -243,29 +253,90 @@ unsafe fn discover(
         let namespace = unsafe { try_str(namespace_, "namespace") }?;
         // SAFETY: the caller's contract above.
         let out = unsafe { try_mut(out, "out") }?;
-        // `try_from_secs_f64` refuses NaN, negative values and ones too large for a Duration.
-        let listen = Duration::try_from_secs_f64(listen_seconds)
-            .ok()
-            .filter(|_| listen_seconds.is_finite())
-            .ok_or_else(|| {
-                Error::invalid_argument(format!(
-                    "listen_seconds must be 0 (the default) or positive finite seconds, got \
-                     {listen_seconds}"
-                ))
-            })?;
-        let listen = Some(listen).filter(|l| !l.is_zero());
+        let listen = seconds_or_default(listen_seconds, "listen_seconds")?;
         let workers = discovery(namespace, backend, listen)?.list()?;
-        set_boxed(
-            out,
-            wool_worker_list {
-                workers: workers
-                    .iter()
-                    .map(|worker| OwnedWorker::new(worker, credentials))
-                    .collect(),
-            },
-        );
+        set_list(out, &workers, credentials);
         Ok(())
     }
+}
+
+/// `value` seconds as a duration, `None` for 0 (the default).
+///
+/// Errors: InvalidArgument for a negative, NaN, infinite or too large `value`, named `what`.
+fn seconds_or_default(value: f64, what: &str) -> Result<Option<Duration>, Error> {
+    // `try_from_secs_f64` refuses NaN, negative values and ones too large for a Duration.
+    let duration = Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|_| value.is_finite())
+        .ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "{what} must be 0 (the default) or positive finite seconds, got {value}"
+            ))
+        })?;
+    Ok(Some(duration).filter(|d| !d.is_zero()))
+}
+
+/// Writes the list of `workers`, each with the gate's verdict for `credentials`, to `*out`.
+fn set_list(
+    out: &mut *mut wool_worker_list,
+    workers: &[DiscoveredWorker],
+    credentials: Option<&WorkerCredentials>,
+) {
+    set_boxed(
+        out,
+        wool_worker_list {
+            workers: workers
+                .iter()
+                .map(|worker| OwnedWorker::new(worker, credentials))
+                .collect(),
+        },
+    );
+}
+
+/// Lists the workers at every address the DNS name `name` resolves to (A and AAAA records, e.g.
+/// a Kubernetes headless Service), each at `port`, and writes the list to `*out`, sorted by
+/// address (`ip:port`, `[ip]:port` for IPv6). A name with no records lists as empty. The
+/// lookup uses the system's resolver configuration and hosts file and waits at most
+/// `timeout_seconds` (0 = the default, 5 s); an answer with more than 10,000 addresses fails.
+/// Blocks the calling thread.
+///
+/// A DNS record tells only the address: `uid` is the nil UUID, `pid` 0, `version` "", `tags_json`
+/// `[]`, `extra_json` `{}`, `secure` false and `identity` the DNS name. Such a record is the
+/// caller's own naming, not an advertisement: the admission gate skips its security and version
+/// rules (the caller's credentials decide TLS) and a peers policy is applied to the DNS name;
+/// `refusal` is the verdict for `credentials` (NULL = none). Connect a listed worker with
+/// wool_worker_list_connect, which verifies its certificate against the DNS name unless the
+/// credentials name another (wool_connect_worker, given the `wool_worker_info` alone, cannot
+/// tell a DNS record and refuses it on version).
+///
+/// Returns WOOL_STATUS_INVALID_ARGUMENT (NULL or non-UTF-8 `name`, a `name` that is not a DNS
+/// name, e.g. with a `:port` in it, `port` 0, a negative, NaN or infinite `timeout_seconds`,
+/// NULL `out`) or WOOL_STATUS_TRANSIENT (the resolver configuration cannot be read, the lookup
+/// fails or times out, too many addresses).
+///
+/// # Safety
+/// `name` must be NULL or NUL-terminated; `credentials` NULL or live; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn wool_discover_dns(
+    name: *const c_char,
+    port: u16,
+    timeout_seconds: f64,
+    credentials: *const wool_credentials,
+    out: *mut *mut wool_worker_list,
+) -> wool_status {
+    ffi_panic_boundary!("wool_discover_dns", {
+        // SAFETY (all): the caller's contract above.
+        let name = unsafe { try_str(name, "name") }?;
+        let credentials = unsafe { credentials.as_ref() }.map(|c| &c.inner);
+        let out = unsafe { try_mut(out, "out") }?;
+        let mut dns = DnsDiscovery::new(name, port)?;
+        if let Some(timeout) = seconds_or_default(timeout_seconds, "timeout_seconds")? {
+            dns = dns.timeout(timeout);
+        }
+        let workers = dns.list()?;
+        set_list(out, &workers, credentials);
+        Ok(())
+    })
 }
 
 /// Makes a handle to the worker at `index` in `list` and writes it to `*out`, as
@@ -412,6 +483,7 @@ fn placeholder() -> DiscoveredWorker {
         secure: false,
         identity: None,
         options: None,
+        origin: Default::default(),
     }
 }
 

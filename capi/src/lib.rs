@@ -29,9 +29,10 @@ pub use credentials::{
     wool_credentials_from_files_reloadable, wool_credentials_from_pem,
 };
 pub use discovery::{
-    wool_connect_worker, wool_discover, wool_watch, wool_watch_free, wool_watch_new,
-    wool_watch_next, wool_worker_info, wool_worker_list, wool_worker_list_count,
-    wool_worker_list_free, wool_worker_list_get, WOOL_DISCOVERY_LAN, WOOL_DISCOVERY_LOCAL,
+    wool_connect_worker, wool_discover, wool_discover_dns, wool_watch, wool_watch_free,
+    wool_watch_new, wool_watch_next, wool_worker_info, wool_worker_list, wool_worker_list_count,
+    wool_worker_list_free, wool_worker_list_get, WOOL_DISCOVERY_DNS, WOOL_DISCOVERY_LAN,
+    WOOL_DISCOVERY_LOCAL,
 };
 pub use fleet::{
     wool_idle_many, wool_retire_decision, wool_retire_idle, wool_retire_policy,

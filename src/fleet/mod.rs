@@ -26,6 +26,8 @@ pub mod discovery;
 pub mod retire;
 mod sweep;
 
+#[cfg(feature = "dns")]
+pub use discovery::DnsDiscovery;
 #[cfg(feature = "lan")]
 pub use discovery::LanDiscovery;
 pub use discovery::{DiscoveredWorker, Discovery, DiscoveryEvent, LocalDiscovery, Watch};

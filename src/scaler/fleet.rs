@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hickory_resolver::TokioResolver;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 use tonic::Code;
@@ -16,7 +15,7 @@ use tonic::Code;
 use super::metadata::{CountAs, FleetKey, FleetSpec, Source, TlsFiles, MAX_TARGETS};
 use crate::connection::{ChannelOptions, Error, ErrorKind, WorkerConnection, WorkerCredentials};
 use crate::fleet::discovery::{
-    admit, DiscoveredWorker, Discovery, LanDiscovery, LocalDiscovery, DEFAULT_LISTEN,
+    admit, DiscoveredWorker, Discovery, DnsDiscovery, LanDiscovery, LocalDiscovery, DEFAULT_LISTEN,
 };
 use crate::fleet::{sweep, Reason, SweepOptions};
 
@@ -126,11 +125,9 @@ pub(crate) struct Fleet {
     /// Where the members come from, as logs and the metrics' `fleet` label say it.
     label: String,
     credentials: Option<WorkerCredentials>,
-    /// For a namespace: its discovery, kept (on this host, so that the registry's segments stay
-    /// open between listings).
+    /// For a namespace or a DNS name: its discovery, kept (on this host, so that the registry's
+    /// segments stay open between listings).
     discovery: Option<Discovery>,
-    /// For a DNS name: made on first use (it reads /etc/resolv.conf).
-    resolver: tokio::sync::OnceCell<TokioResolver>,
     /// Held for the length of a sweep: one at a time.
     sweeping: tokio::sync::Mutex<Members>,
     latest: watch::Sender<Option<Arc<Census>>>,
@@ -186,14 +183,19 @@ impl Fleet {
             Source::Namespace { name, lan: true } => Some(Discovery::Lan(
                 LanDiscovery::new(name)?.listen_for(lan_listen(spec.sweep_timeout)),
             )),
-            _ => None,
+            // The sweep's deadline bounds the lookup too; as many addresses as targets.
+            Source::Dns { name, port } => Some(Discovery::Dns(
+                DnsDiscovery::new(name, *port)?
+                    .timeout(spec.sweep_timeout)
+                    .max_addresses(MAX_TARGETS),
+            )),
+            Source::Targets(_) => None,
         };
         Ok(Self {
             label: key.source.to_string(),
             key,
             credentials,
             discovery,
-            resolver: tokio::sync::OnceCell::new(),
             sweeping: tokio::sync::Mutex::new(Members::default()),
             latest: watch::Sender::new(None),
             last_used: Mutex::new(Instant::now()),
@@ -376,38 +378,9 @@ impl Fleet {
         match &self.key.source {
             Source::Targets(targets) => Ok(targets
                 .iter()
-                .map(|target| Member::target(target.clone(), None))
+                .map(|target| Member::target(target.clone()))
                 .collect()),
-            Source::Dns { name, port } => {
-                let resolver = self
-                    .resolver
-                    .get_or_try_init(|| async {
-                        TokioResolver::builder_tokio()
-                            .map(|builder| builder.build())
-                            .map_err(|e| {
-                                transient(format!("cannot read the resolver configuration: {e}"))
-                            })?
-                            .map_err(|e| transient(format!("cannot make a DNS resolver: {e}")))
-                    })
-                    .await?;
-                let ips = match resolver.lookup_ip(name.as_str()).await {
-                    Ok(lookup) => lookup.iter().collect::<Vec<_>>(),
-                    // A headless Service with no ready pods has no records: no workers.
-                    Err(error) if error.is_no_records_found() => Vec::new(),
-                    Err(error) => return Err(transient(format!("resolving {name}: {error}"))),
-                };
-                let mut addresses: Vec<String> = ips
-                    .into_iter()
-                    .map(|ip| std::net::SocketAddr::new(ip, *port).to_string())
-                    .collect();
-                addresses.sort();
-                addresses.dedup();
-                Ok(addresses
-                    .into_iter()
-                    .map(|address| Member::target(address, Some(name.clone())))
-                    .collect())
-            }
-            Source::Namespace { .. } => {
+            Source::Namespace { .. } | Source::Dns { .. } => {
                 let running = match listing.take() {
                     Some(running) if !running.is_finished() => running,
                     _ => {
@@ -423,7 +396,7 @@ impl Fleet {
                 let outcome = running.await;
                 *listing = None;
                 let listing =
-                    outcome.map_err(|e| transient(format!("listing the namespace: {e}")))??;
+                    outcome.map_err(|e| transient(format!("listing the fleet: {e}")))??;
                 // Wool's WorkerProxy gate: a worker it refuses (a plaintext record while the
                 // fleet has credentials, an incompatible version, ...) is no member at all, so a
                 // forged record cannot keep the fleet busy by being unreachable.
@@ -463,21 +436,19 @@ struct Member {
 type Connect = Box<dyn FnOnce(&Fleet) -> Result<WorkerConnection, Error> + Send>;
 
 impl Member {
-    /// A listed or resolved target; over TLS (when the fleet has credentials) verified against
-    /// the metadata's `workerTlsServerName`, else `default_identity` (the DNS name), else the host.
-    fn target(address: String, default_identity: Option<String>) -> Self {
+    /// A listed target; over TLS (when the fleet has credentials) verified against the
+    /// metadata's `workerTlsServerName`, else the host.
+    fn target(address: String) -> Self {
         let target = address.clone();
         Member {
             key: address.clone(),
             address,
             connect: Box::new(move |fleet: &Fleet| {
-                let credentials = match (&fleet.credentials, default_identity) {
-                    (Some(credentials), Some(name)) if credentials.identity().is_none() => {
-                        Some(credentials.with_identity(&name)?)
-                    }
-                    (credentials, _) => credentials.clone(),
-                };
-                WorkerConnection::with_options(&target, credentials, ChannelOptions::default())
+                WorkerConnection::with_options(
+                    &target,
+                    fleet.credentials.clone(),
+                    ChannelOptions::default(),
+                )
             }),
         }
     }

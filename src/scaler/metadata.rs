@@ -372,14 +372,8 @@ pub(crate) struct FleetKey {
 
 /// A `dnsName` must be a DNS name (the port goes in `port`).
 fn check_dns_name(name: &str) -> Result<(), Error> {
-    if name.contains(':') {
-        return Err(invalid(format!(
-            "dnsName {name:?} is not a DNS name: give the port as port"
-        )));
-    }
-    hickory_resolver::proto::rr::Name::from_utf8(name)
-        .map(drop)
-        .map_err(|e| invalid(format!("dnsName {name:?} is not a DNS name: {e}")))
+    crate::fleet::discovery::check_dns_name(name)
+        .map_err(|e| invalid(format!("dnsName: {}", e.message())))
 }
 
 fn invalid(message: impl Into<String>) -> Error {

@@ -14,7 +14,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use futures_util::StreamExt;
 use libwool::connection::{ChannelOptions, Peers};
 use libwool::fleet::discovery::{
-    DiscoveredWorker, Discovery, DiscoveryEvent, LanDiscovery, LocalDiscovery, Refusal,
+    DiscoveredWorker, Discovery, DiscoveryEvent, DnsDiscovery, LanDiscovery, LocalDiscovery,
+    Refusal,
 };
 use libwool::fleet::{
     parse_duration, retire, sweep_observed, Decision, RetirePolicy, SweepOptions,
@@ -102,7 +103,10 @@ enum Command {
     /// List the workers of a Wool pool by its discovery namespace.
     Discover {
         /// The pool's namespace (as given to Wool's LocalDiscovery / LanDiscovery).
-        namespace: String,
+        #[arg(required_unless_present = "dns_name", conflicts_with = "dns_name")]
+        namespace: Option<String>,
+        #[command(flatten)]
+        dns: DnsName,
         /// Browse DNS-SD over multicast DNS instead of this host's shared-memory registry.
         #[arg(long)]
         lan: bool,
@@ -150,15 +154,42 @@ struct Fleet {
     /// The pool's discovery namespace.
     #[arg(
         long,
-        conflicts_with = "addresses",
-        required_unless_present = "addresses"
+        conflicts_with_all = ["addresses", "dns_name"],
+        required_unless_present_any = ["addresses", "dns_name"]
     )]
     namespace: Option<String>,
     /// With --namespace: browse DNS-SD over multicast DNS.
-    #[arg(long, requires = "namespace")]
+    #[arg(long, requires = "namespace", conflicts_with = "dns_name")]
     lan: bool,
-    /// Worker targets (instead of --namespace).
+    #[command(flatten)]
+    dns: DnsName,
+    /// Worker targets (instead of --namespace or --dns-name).
+    #[arg(conflicts_with = "dns_name")]
     addresses: Vec<String>,
+}
+
+/// A fleet named by DNS (instead of a namespace): each address the name resolves to.
+#[derive(Args)]
+struct DnsName {
+    /// List the workers by DNS name: each A/AAAA address it resolves to (e.g. a Kubernetes
+    /// headless Service) is a worker at --port. The lookup's deadline is --rpc-timeout.
+    #[arg(long, value_name = "NAME", requires = "port")]
+    dns_name: Option<String>,
+    /// With --dns-name: the workers' port (1 to 65535).
+    #[arg(long, requires = "dns_name", value_parser = clap::value_parser!(u16).range(1..))]
+    port: Option<u16>,
+}
+
+impl DnsName {
+    /// The DNS discovery asked for, if any, its lookup bounded by `timeout`.
+    fn discovery(&self, timeout: Duration) -> Result<Option<Discovery>, Failure> {
+        let (Some(name), Some(port)) = (&self.dns_name, self.port) else {
+            return Ok(None);
+        };
+        Ok(Some(Discovery::Dns(
+            DnsDiscovery::new(name, port)?.timeout(timeout),
+        )))
+    }
 }
 
 /// A usage error (exit 2) or a run that had failures (exit 1).
@@ -312,6 +343,9 @@ impl Context {
     }
 
     fn members(&self, fleet: &Fleet) -> Result<Vec<Member>, Failure> {
+        if let Some(dns) = fleet.dns.discovery(self.rpc_timeout)? {
+            return self.members_of_pool(&dns);
+        }
         match &fleet.namespace {
             Some(namespace) => self.members_of_pool(&discovery(
                 namespace,
@@ -660,11 +694,21 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Discover {
             namespace,
+            dns,
             lan,
             watch,
             listen,
         } => {
-            let discovery = discovery(&namespace, lan, Some(listen), context.lan_allow_local)?;
+            let discovery = match (dns.discovery(context.rpc_timeout)?, &namespace) {
+                (Some(dns), _) => dns,
+                (None, Some(namespace)) => {
+                    discovery(namespace, lan, Some(listen), context.lan_allow_local)?
+                }
+                (None, None) => {
+                    return Err(Failure::Usage("give a namespace or --dns-name".into()))
+                }
+            };
+            let namespace = discovery.namespace().to_owned();
             if watch {
                 return watch_pool(&context, &discovery).await;
             }

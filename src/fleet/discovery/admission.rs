@@ -24,7 +24,7 @@ use std::time::Duration;
 use pep440_rs::Version;
 use serde::Serialize;
 
-use super::DiscoveredWorker;
+use super::{DiscoveredWorker, Origin};
 use crate::connection::{ChannelOptions, Error, Peers, WorkerCredentials};
 
 /// Why the gate refused a discovered worker (Wool's `_incompatibility_reason`), checked in this
@@ -134,16 +134,50 @@ fn version_compatible(client: &Version, server: &Version) -> bool {
 /// The longest advertised version parsed (PEP 440 versions are short; a record may say more).
 const MAX_VERSION_BYTES: usize = 256;
 
-/// Runs the gate on `worker` for a caller holding `credentials`.
+/// Runs the gate on `worker` for a caller holding `credentials`. A DNS record
+/// ([`Origin::Dns`]) skips the security and version rules, which it cannot speak to.
 pub(super) fn check(
     worker: &DiscoveredWorker,
     credentials: Option<&WorkerCredentials>,
 ) -> Result<Admitted, Refusal> {
-    if worker.secure != credentials.is_some() {
+    let advertisement = worker.origin == Origin::Advertised;
+    if advertisement && worker.secure != credentials.is_some() {
         return Err(Refusal::Security {
             worker_secure: worker.secure,
         });
     }
+    if advertisement {
+        check_version(worker)?;
+    }
+    let Some(credentials) = credentials else {
+        return Ok(Admitted { pin: None });
+    };
+    // A DNS record's name is the caller's own, verified against unless the caller names another.
+    let named = (!advertisement && credentials.identity().is_none())
+        .then(|| {
+            worker
+                .identity
+                .as_deref()
+                .map(|name| name.trim().to_owned())
+        })
+        .flatten();
+    let Some(peers) = credentials.peers() else {
+        // No policy: an advertisement is ignored, as in Wool.
+        return Ok(Admitted { pin: named });
+    };
+    let advertised = worker.identity.as_deref();
+    if !peers.accepts(advertised) {
+        return Err(identity_refusal(advertised, peers));
+    }
+    let pin = match credentials.identity() {
+        Some(_) => None, // the caller's explicit name wins
+        None => advertised.map(|name| name.trim().to_owned()),
+    };
+    Ok(Admitted { pin })
+}
+
+/// The version rule: the advertised version must parse and be compatible with this client's.
+fn check_version(worker: &DiscoveredWorker) -> Result<(), Refusal> {
     let parsed = Some(worker.version.trim())
         .filter(|v| v.len() <= MAX_VERSION_BYTES)
         .and_then(|v| v.parse::<Version>().ok());
@@ -157,22 +191,7 @@ pub(super) fn check(
             parsable: parsed.is_some(),
         });
     }
-    let Some(credentials) = credentials else {
-        return Ok(Admitted { pin: None });
-    };
-    let Some(peers) = credentials.peers() else {
-        // No policy: the advertisement is ignored, as in Wool.
-        return Ok(Admitted { pin: None });
-    };
-    let advertised = worker.identity.as_deref();
-    if !peers.accepts(advertised) {
-        return Err(identity_refusal(advertised, peers));
-    }
-    let pin = match credentials.identity() {
-        Some(_) => None, // the caller's explicit name wins
-        None => advertised.map(|name| name.trim().to_owned()),
-    };
-    Ok(Admitted { pin })
+    Ok(())
 }
 
 fn identity_refusal(advertised: Option<&str>, peers: &Peers) -> Refusal {

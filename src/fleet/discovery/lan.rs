@@ -246,6 +246,7 @@ fn from_service(service: &ResolvedService, allow_local: bool) -> Result<Discover
         secure,
         identity,
         options: None,
+        origin: Default::default(),
     })
 }
 

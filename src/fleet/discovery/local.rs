@@ -517,6 +517,7 @@ pub(super) fn from_metadata(metadata: WorkerMetadata) -> Result<DiscoveredWorker
         secure: metadata.secure,
         identity: Some(metadata.identity).filter(|identity| !identity.is_empty()),
         options,
+        origin: Default::default(),
     })
 }
 

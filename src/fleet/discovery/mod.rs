@@ -1,12 +1,15 @@
 //! Finding the workers of a Wool pool by its namespace, as Wool's own discovery subscribers do.
 //!
-//! Two backends, one per file, each agreeing with Wool 0.15.7's subscriber of the same name:
+//! Three backends, one per file; the first two agree with Wool 0.15.7's subscriber of the same
+//! name:
 //!
 //! - [`LocalDiscovery`] (`local.rs`): the pool's shared-memory registry on this host;
-//! - [`LanDiscovery`] (`lan.rs`): DNS-SD over multicast DNS on the local network.
+//! - [`LanDiscovery`] (`lan.rs`, feature `lan`): DNS-SD over multicast DNS on the local network;
+//! - [`DnsDiscovery`] (`dns.rs`, feature `dns`): every address a DNS name resolves to, at a
+//!   given port (a Kubernetes headless Service). It has no counterpart in Wool.
 //!
-//! Each gives a one-shot listing (`list`) and a [`Watch`] that reports joins, leaves and changes
-//! as they happen. A record that cannot be read (half-written, foreign, malformed) is skipped
+//! Each gives a one-shot listing (`list`); the first two also a [`Watch`] that reports joins,
+//! leaves and changes as they happen (a DNS answer tells of no changes: list it again). A record that cannot be read (half-written, foreign, malformed) is skipped
 //! with a `tracing` warning, never an error: Wool's readers do the same, since writers change
 //! the registry while readers scan it.
 //!
@@ -17,6 +20,8 @@
 //! policy; [`DiscoveredWorker::connect`] refuses a worker the gate refuses.
 
 mod admission;
+#[cfg(feature = "dns")]
+mod dns;
 #[cfg(feature = "lan")]
 mod lan;
 mod local;
@@ -28,6 +33,10 @@ use serde::Serialize;
 use uuid::Uuid;
 
 pub use admission::Refusal;
+#[cfg(feature = "scaler")]
+pub(crate) use dns::check_name as check_dns_name;
+#[cfg(feature = "dns")]
+pub use dns::{DnsDiscovery, DEFAULT_DNS_TIMEOUT, MAX_DNS_ADDRESSES};
 #[cfg(feature = "lan")]
 pub use lan::{LanDiscovery, DEFAULT_LISTEN};
 pub use local::{LocalDiscovery, MAX_REGISTRY_SLOTS};
@@ -61,6 +70,25 @@ pub struct DiscoveredWorker {
     /// options are then ignored, with a log line, and the caller's are used).
     #[serde(skip)]
     pub options: Option<ChannelOptions>,
+    /// Where the record comes from, which decides the admission gate's rules for it.
+    #[serde(skip)]
+    pub origin: Origin,
+}
+
+/// Where a [`DiscoveredWorker`] record comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Origin {
+    /// Published by the worker's pool (a local registry or a LAN record, or a record the
+    /// caller built): an advertisement, passed through every rule of the admission gate.
+    #[default]
+    Advertised,
+    /// One address a DNS name resolved to ([`DnsDiscovery`], feature `dns`). Not an
+    /// advertisement but the caller's naming, as a target is: the gate skips its security and
+    /// version rules (the record can tell neither; the caller's credentials decide TLS), applies
+    /// a peers policy to the DNS name, and verifies the certificate against the DNS name unless
+    /// the caller's credentials name another.
+    Dns,
 }
 
 impl DiscoveredWorker {
@@ -169,7 +197,7 @@ impl DiscoveryEvent {
 
 /// Any backend, chosen at run time (as a command-line flag or a C argument chooses it).
 ///
-/// Which variants exist depends on the crate's features (`lan`), so matches need a `_` arm.
+/// Which variants exist depends on the crate's features (`lan`, `dns`), so matches need a `_` arm.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Discovery {
@@ -178,11 +206,14 @@ pub enum Discovery {
     /// DNS-SD over multicast DNS (feature `lan`).
     #[cfg(feature = "lan")]
     Lan(LanDiscovery),
+    /// Every address a DNS name resolves to (feature `dns`).
+    #[cfg(feature = "dns")]
+    Dns(DnsDiscovery),
 }
 
 impl Discovery {
     /// The workers published now. For [`Discovery::Lan`] this browses the network for the
-    /// backend's listening window first.
+    /// backend's listening window first; for [`Discovery::Dns`] it resolves the name.
     ///
     /// Errors: as the backend's `list`.
     pub fn list(&self) -> Result<Vec<DiscoveredWorker>, Error> {
@@ -190,6 +221,8 @@ impl Discovery {
             Discovery::Local(local) => local.list(),
             #[cfg(feature = "lan")]
             Discovery::Lan(lan) => lan.list(),
+            #[cfg(feature = "dns")]
+            Discovery::Dns(dns) => dns.list(),
         }
     }
 
@@ -206,21 +239,26 @@ impl Discovery {
 
     /// Starts watching: the watch first reports every worker present, then each change.
     ///
-    /// Errors: as the backend's `watch`.
+    /// Errors: as the backend's `watch` ([`Discovery::Dns`] cannot watch:
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)).
     pub fn watch(&self) -> Result<Watch, Error> {
         match self {
             Discovery::Local(local) => local.watch(),
             #[cfg(feature = "lan")]
             Discovery::Lan(lan) => lan.watch(),
+            #[cfg(feature = "dns")]
+            Discovery::Dns(dns) => dns.watch(),
         }
     }
 
-    /// The namespace watched.
+    /// The namespace watched; for [`Discovery::Dns`], the DNS name.
     pub fn namespace(&self) -> &str {
         match self {
             Discovery::Local(local) => local.namespace(),
             #[cfg(feature = "lan")]
             Discovery::Lan(lan) => lan.namespace(),
+            #[cfg(feature = "dns")]
+            Discovery::Dns(dns) => dns.name(),
         }
     }
 }
@@ -392,6 +430,7 @@ mod tests {
             secure: false,
             identity: None,
             options: None,
+            origin: Origin::Advertised,
         }
     }
 
