@@ -67,7 +67,11 @@ asan() {
 }
 
 tsan() {
-    RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" \
+    # The tests' worker processes are the ordinary build's programs (built by the test
+    # command's set-up): only the tests and the library need the instrumentation.
+    cargo build -p wool-worker &&
+    WOOL_PROGRAM_DIR="$ROOT/target/debug" \
+        RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" \
         TSAN_OPTIONS="suppressions=$ROOT/scripts/tsan.supp:second_deadlock_stack=1" \
         "${LEAN[@]}" cargo +nightly test -Zbuild-std --target "$HOST" --target-dir "$BUILDS_DIR/tsan" \
         -p libwool -p libwool-capi --lib --test connection --test queue --test ffi_housekeeping \

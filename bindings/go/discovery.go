@@ -198,10 +198,105 @@ func DiscoverAdmitted(namespace string, backend DiscoveryBackend, listen time.Du
 		return nil, err
 	}
 	defer C.wool_worker_list_free(list)
+	return workersFromList("discover", list)
+}
+
+// listDNS runs wool_discover_dns for name at port; the caller frees the list.
+func listDNS(op, name string, port uint16, timeout time.Duration, creds *Credentials) (*C.wool_worker_list, error) {
+	if strings.IndexByte(name, 0) >= 0 {
+		return nil, invalidArgument(op, "", "the name contains a NUL byte")
+	}
+	cName := C.CString(name)
+	defer C.free(unsafe.Pointer(cName))
+	var list *C.wool_worker_list
+	discover := func(credentials *C.wool_credentials) error {
+		return call(op, "", func() C.wool_status {
+			return C.wool_discover_dns(cName, C.uint16_t(port), C.double(timeout.Seconds()), credentials, &list)
+		})
+	}
+	var err error
+	if creds == nil {
+		err = discover(nil)
+	} else {
+		err = creds.use(discover)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
+// DiscoverDNS lists the workers at every address the DNS name resolves to (A and AAAA
+// records, e.g. a Kubernetes headless Service), each at port, sorted by address, as
+// wool_discover_dns. A name with no records lists as empty; the lookup waits at most timeout
+// (0 = the library's default, 5 s). Blocks the calling goroutine (and its OS thread).
+//
+// A DNS record tells only the address: Identity is name, Secure false, Version empty; each
+// worker's Refusal is the admission gate's verdict for creds (nil = none), a peers policy
+// being applied to name and the credentials deciding TLS. Reach the admitted ones with
+// ConnectDNS (ConnectWorker refuses DNS records, as wool_connect_worker does).
+//
+// Errors: an *Error (Op "discover") matching ErrInvalidArgument for a name that is not a DNS
+// name (e.g. with a ":port"), one with a NUL byte, port 0 or a negative timeout;
+// ErrTransient when the resolver configuration cannot be read, the lookup fails or times
+// out, or it gives more than 10,000 addresses; ErrClosed when creds is closed.
+func DiscoverDNS(name string, port uint16, timeout time.Duration, creds *Credentials) ([]DiscoveredWorker, error) {
+	list, err := listDNS("discover", name, port, timeout, creds)
+	if err != nil {
+		return nil, err
+	}
+	defer C.wool_worker_list_free(list)
+	return workersFromList("discover", list)
+}
+
+// ConnectDNS makes Connections to the workers DiscoverDNS lists that the admission gate
+// admits for creds, in address order, as wool_discover_dns then wool_worker_list_connect for
+// each: with creds each is reached over TLS and its certificate verified against name unless
+// the credentials name another. Refused workers are left out (DiscoverDNS says why). The
+// channel options among opts apply as for Connect. No I/O beyond the lookup; pass the result
+// to IdleMany or RetireIdle, and Close each Connection.
+//
+// Errors: as DiscoverDNS; an *Error (Op "connect") matching ErrInvalidArgument when a
+// channel option is refused (no Connection is left open then).
+func ConnectDNS(name string, port uint16, timeout time.Duration, creds *Credentials, opts ...Option) ([]*Connection, error) {
+	list, err := listDNS("discover", name, port, timeout, creds)
+	if err != nil {
+		return nil, err
+	}
+	defer C.wool_worker_list_free(list)
+	workers, err := workersFromList("discover", list)
+	if err != nil {
+		return nil, err
+	}
+	if creds != nil {
+		opts = append(append([]Option(nil), opts...), WithCredentials(creds))
+	}
+	connections := make([]*Connection, 0, len(workers))
+	for i, w := range workers {
+		if w.Refusal != RefusalNone {
+			continue
+		}
+		index := C.size_t(i)
+		conn, err := newConnection(w.Address, opts, func(credentials *C.wool_credentials, channel *C.wool_channel_options, out **C.wool_connection) C.wool_status {
+			return C.wool_worker_list_connect(list, index, credentials, channel, out)
+		})
+		if err != nil {
+			for _, c := range connections {
+				c.Close()
+			}
+			return nil, err
+		}
+		connections = append(connections, conn)
+	}
+	return connections, nil
+}
+
+// workersFromList copies every record of a worker list.
+func workersFromList(op string, list *C.wool_worker_list) ([]DiscoveredWorker, error) {
 	count := int(C.wool_worker_list_count(list))
 	workers := make([]DiscoveredWorker, 0, count)
 	for i := 0; i < count; i++ {
-		w, err := workerFromC("discover", C.wool_worker_list_get(list, C.size_t(i)))
+		w, err := workerFromC(op, C.wool_worker_list_get(list, C.size_t(i)))
 		if err != nil {
 			return nil, err
 		}

@@ -9,8 +9,10 @@ package wool_test
 import (
 	"context"
 	"errors"
+	"net"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -263,6 +265,64 @@ func TestConnectWorker(t *testing.T) {
 	defer conn.Close()
 	if reading := mustIdle(t, conn); reading <= 0 {
 		t.Errorf("idle = %v, want > 0", reading)
+	}
+}
+
+// Given a wool-worker on 127.0.0.1, when "localhost" is listed at its port, then its address
+// is listed with the DNS name as identity and admitted, and ConnectDNS reaches it; a name
+// with a port, port 0 and a NUL byte are ErrInvalidArgument.
+func TestDiscoverDNSListsAndConnectsWhatANameResolvesTo(t *testing.T) {
+	t.Parallel()
+	worker := workertest.StartWorker(t)
+	_, portText, err := net.SplitHostPort(worker.Address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.ParseUint(portText, 10, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed, err := wool.DiscoverDNS("localhost", uint16(port), 5*time.Second, nil)
+	if err != nil {
+		t.Fatalf("DiscoverDNS: %v", err)
+	}
+	found := false
+	for _, w := range listed {
+		if w.Address == worker.Address {
+			found = true
+			if w.Identity != "localhost" || w.Refusal != wool.RefusalNone {
+				t.Errorf("listed %+v, want identity localhost, admitted", w)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("DiscoverDNS(localhost) = %+v, want %s among them", listed, worker.Address)
+	}
+	conns, err := wool.ConnectDNS("localhost", uint16(port), 5*time.Second, nil, wool.WithConnectTimeout(5*time.Second))
+	if err != nil {
+		t.Fatalf("ConnectDNS: %v", err)
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	if len(conns) != len(listed) {
+		t.Fatalf("ConnectDNS made %d connections for %d listed workers", len(conns), len(listed))
+	}
+	for i, c := range conns {
+		if listed[i].Address == worker.Address {
+			if reading := mustIdle(t, c); reading <= 0 {
+				t.Errorf("idle = %v, want > 0", reading)
+			}
+		}
+	}
+	for name, args := range map[string]struct {
+		name string
+		port uint16
+	}{"a port in the name": {"localhost:80", 80}, "port 0": {"localhost", 0}, "NUL": {"local\x00host", 80}} {
+		_, err := wool.DiscoverDNS(args.name, args.port, time.Second, nil)
+		t.Run(name, func(t *testing.T) { requireKind(t, err, wool.ErrInvalidArgument) })
 	}
 }
 

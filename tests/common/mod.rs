@@ -175,12 +175,20 @@ pub struct WorkerProcess {
 /// gives this package no `CARGO_BIN_EXE_` for it.
 ///
 /// Panics (failing the test with the command to run) when the program has not been built.
+///
+/// `WOOL_PROGRAM_DIR` names another folder to take the programs from: the sanitizer builds,
+/// whose own target directories hold the instrumented tests but not the programs, use the
+/// ordinary build's (a program is a separate process, so it need not be instrumented).
 pub fn program(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's own path");
-    let profile = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("the test binary lives in <target>/<profile>/deps");
+    let profile = match std::env::var_os("WOOL_PROGRAM_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => std::env::current_exe()
+            .expect("the test's own path")
+            .parent()
+            .and_then(|deps| deps.parent())
+            .expect("the test binary lives in <target>/<profile>/deps")
+            .to_path_buf(),
+    };
     let path = profile.join(name);
     assert!(
         path.is_file(),

@@ -262,6 +262,11 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
         [ctypes.c_char_p, ctypes.c_int, ctypes.c_double, CredentialsPtr,
          ctypes.POINTER(WorkerListPtr)],
     ),
+    "wool_discover_dns": (
+        _wool_status,
+        [ctypes.c_char_p, ctypes.c_uint16, ctypes.c_double, CredentialsPtr,
+         ctypes.POINTER(WorkerListPtr)],
+    ),
     "wool_worker_list_count": (ctypes.c_size_t, [WorkerListPtr]),
     "wool_worker_list_get": (WorkerInfoPtr, [WorkerListPtr, ctypes.c_size_t]),
     "wool_worker_list_free": (None, [WorkerListPtr]),

@@ -13,7 +13,7 @@
         for event in events:
             print(event.type, event.worker.address)
 
-Thin wrappers of the C API's fleet calls (``wool_discover``, ``wool_watch_*``,
+Thin wrappers of the C API's fleet calls (``wool_discover``, ``wool_discover_dns``, ``wool_watch_*``,
 ``wool_connect_worker``, ``wool_idle_many``, ``wool_retire_idle``): every decision is
 libwool's, this module only converts arguments and results. Failures are the classes of
 `libwool` (a bad argument is `ValueError`, a worker's failure `TransientRpcError` and the
@@ -58,8 +58,10 @@ __all__ = [
     "RetireDecision",
     "RetirePolicy",
     "Watch",
+    "connect_dns",
     "connect_worker",
     "discover",
+    "discover_dns",
     "retire_idle",
     "sweep",
     "watch",
@@ -160,6 +162,89 @@ def discover(namespace: str, *, lan: bool = False, listen: float | None = None,
         ]
     finally:
         library.wool_worker_list_free(listing)
+
+
+def _list_dns(name: str, port: int, timeout: float | None, credentials):
+    """Runs ``wool_discover_dns`` and returns the library and the list handle (the caller frees
+    it with ``wool_worker_list_free``)."""
+    c_name = _c_text(_check_type(name, str, "name"), "name")
+    if not isinstance(port, int) or isinstance(port, bool):
+        raise TypeError(f"port must be an int, not {type(port).__name__}")
+    if not 0 <= port <= 65535:  # a C uint16_t; libwool itself refuses 0
+        raise ValueError(f"port must be 1-65535, not {port}")
+    seconds = _c_seconds(timeout, "timeout", none_means=0.0)
+    if credentials is not None:
+        _check_type(credentials, WorkerCredentials, "credentials")
+    library = credentials._library if credentials is not None else _ffi.default()
+    c_credentials = credentials._handle if credentials is not None else None
+    listing = _ffi.WorkerListPtr()
+    _check(library, library.wool_discover_dns(c_name, port, seconds, c_credentials,
+                                              ctypes.byref(listing)))
+    return library, listing
+
+
+def discover_dns(name: str, port: int, *, timeout: float | None = None,
+                 credentials: WorkerCredentials | None = None) -> list[DiscoveredWorker]:
+    """The workers at every address the DNS name `name` resolves to (A and AAAA records, e.g.
+    a Kubernetes headless Service), each at `port`, sorted by address, as
+    ``wool_discover_dns``. A name with no records lists as empty. Blocks the thread.
+    A DNS record tells only the address: ``identity`` is `name`, ``secure`` False, ``version``
+    empty; ``refusal`` is the admission gate's verdict for `credentials` (a peers policy is
+    applied to `name`; the credentials decide TLS). Reach the admitted ones with
+    `connect_dns` (`connect_worker` refuses DNS records, as ``wool_connect_worker`` does).
+
+    :param timeout: seconds to wait for the resolver; None = libwool's default (5 s).
+    :raises ValueError: a `name` that is not a DNS name (e.g. with a ``:port``), a port
+        outside 1-65535, a negative, NaN or infinite `timeout` (libwool's message).
+    :raises TransientRpcError: the resolver configuration cannot be read, the lookup fails or
+        times out, more than 10,000 addresses.
+    :raises TypeError: `name` not str, `port` not int, `credentials` not `WorkerCredentials`.
+    """
+    library, listing = _list_dns(name, port, timeout, credentials)
+    try:
+        return [
+            DiscoveredWorker._from_c(library.wool_worker_list_get(listing, i).contents)
+            for i in range(library.wool_worker_list_count(listing))
+        ]
+    finally:
+        library.wool_worker_list_free(listing)
+
+
+def connect_dns(name: str, port: int, *, timeout: float | None = None,
+                credentials: WorkerCredentials | None = None,
+                **options) -> list[WorkerConnection]:
+    """Connections to the workers `discover_dns` lists that the admission gate admits, in
+    address order, as ``wool_discover_dns`` then ``wool_worker_list_connect`` for each: with
+    credentials each is reached over TLS and its certificate verified against `name` unless
+    the credentials name another. Refused workers are left out (`discover_dns` says why).
+    No I/O beyond the lookup; pass the result to `sweep` or `retire_idle`.
+
+    :param options: the channel options of `libwool.WorkerConnection` (keyword arguments).
+    :raises: as `discover_dns`; ValueError or TypeError for a refused or unknown channel
+        option.
+    """
+    unknown = set(options) - set(_channel_option_names())
+    if unknown:
+        raise TypeError(f"connect_dns() got unexpected keyword arguments: {sorted(unknown)}")
+    converted = _channel_options(options)
+    library, listing = _list_dns(name, port, timeout, credentials)
+    connections = []
+    try:
+        for i in range(library.wool_worker_list_count(listing)):
+            worker = DiscoveredWorker._from_c(library.wool_worker_list_get(listing, i).contents)
+            if worker.refusal is not None:
+                continue
+
+            def connect(lib, c_credentials, c_options, out, index=i):
+                return lib.wool_worker_list_connect(listing, index, c_credentials, c_options, out)
+
+            _, handle = _make_handle(credentials, converted, connect)
+            conn = WorkerConnection.__new__(WorkerConnection)
+            conn._adopt(library, handle, worker.address, credentials is not None, converted)
+            connections.append(conn)
+    finally:
+        library.wool_worker_list_free(listing)
+    return connections
 
 
 def connect_worker(worker: DiscoveredWorker, credentials: WorkerCredentials | None = None,

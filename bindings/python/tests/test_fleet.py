@@ -287,6 +287,42 @@ def test_connect_worker_over_tls(spawn_worker, certs):
         reach("not a name!")
 
 
+def test_discover_dns_lists_and_connects_the_workers_a_name_resolves_to(worker):
+    # Given a reference worker on 127.0.0.1, When `localhost` is listed at its port, Then its
+    # address is there with the DNS name as identity and admitted, and `connect_dns` reaches
+    # it (every address `localhost` resolves to is listed: ::1 too, where nothing listens).
+    port = int(worker.address.rsplit(":", 1)[1])
+    listed = fleet.discover_dns("localhost", port, timeout=5.0)
+    ours = [w for w in listed if w.address == worker.address]
+    assert len(ours) == 1, listed
+    assert ours[0].identity == "localhost" and ours[0].refusal is None
+    assert all(w.address.endswith(f":{port}") for w in listed)
+    connections = fleet.connect_dns("localhost", port, timeout=5.0, connect_timeout=5.0)
+    try:
+        assert [c.target for c in connections] == [w.address for w in listed]
+        results = dict(zip((c.target for c in connections),
+                           fleet.sweep(connections, timeout=10.0)))
+        assert isinstance(results[worker.address], float) and results[worker.address] > 0.0
+    finally:
+        for conn in connections:
+            conn.close()
+
+
+@pytest.mark.parametrize(("name", "port", "error"), [
+    ("localhost:80", 80, ValueError),
+    ("localhost", 0, ValueError),
+    ("localhost", 70000, ValueError),
+    ("", 80, ValueError),
+    ("localhost", "80", TypeError),
+    (b"localhost", 80, TypeError),
+])
+def test_discover_dns_refuses_bad_arguments(name, port, error):
+    with pytest.raises(error):
+        fleet.discover_dns(name, port)
+    with pytest.raises(error):
+        fleet.connect_dns(name, port)
+
+
 # ---------------------------------------------------------------- sweep
 
 
