@@ -2,7 +2,7 @@
 # Makes sure the pinned grpcurl (github.com/fullstorydev/grpcurl) is at <tools>/bin/grpcurl
 # (<tools>: scripts/tools-dir.sh),
 # built with `go install` from the Go module proxy: the real reflection client the worker's
-# server-reflection test drives (tests/operable.rs). Idempotent; prints the path.
+# server-reflection test drives (tests/integration/operable.rs). Idempotent; prints the path.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 GRPCURL_VERSION=v1.9.3

@@ -2,7 +2,7 @@
 # Builds tests/keda (KEDA's own generated external-scaler client, github.com/kedacore/keda/v2
 # pinned in its go.mod, over grpc-go) into <tools>/bin/keda-client
 # (<tools>: scripts/tools-dir.sh): the real KEDA-side
-# client tests/scaler.rs drives wool-scaler with. Modules come from the Go module proxy.
+# client tests/integration/scaler.rs drives wool-scaler with. Modules come from the Go module proxy.
 # Idempotent (go build's cache makes a rebuild cheap); prints the path.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

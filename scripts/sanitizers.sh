@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the library under the sanitizers (nightly Rust's -Zsanitizer) and miri:
-#   asan   the C harness (tests/c/, every case of tests/c_api.rs) compiled with
+#   asan   the C harness (tests/c/, every case of tests/integration/c_api.rs) compiled with
 #          -fsanitize=address against a libwool.so built with AddressSanitizer; LeakSanitizer
 #          (part of ASan) checks each harness process for leaks at exit. Any report fails.
 #   tsan   the Rust concurrency tests (the channel pool, 10,000 concurrent polls, the
@@ -13,7 +13,7 @@
 #   ./scripts/sanitizers.sh [asan] [tsan] [miri]      default: all three
 #
 # Needs: rustup (installs the nightly toolchain with rust-src and miri here if missing), a C
-# compiler with -fsanitize=address (gcc's libasan), the test prerequisites of tests/c_api.rs.
+# compiler with -fsanitize=address (gcc's libasan), the test prerequisites of tests/integration/c_api.rs.
 # Takes about 15 minutes for all three on 2 cores (most of it building with instrumentation).
 # Each part builds in its own target directory (asan, tsan, miri under the builds cache of
 # scripts/tools-dir.sh, ~/.cache/libwool/builds: a later run, of any clone, rebuilds only this
@@ -63,19 +63,22 @@ asan() {
             WOOL_C_FLAGS="-fsanitize=address -fno-omit-frame-pointer" \
             ASAN_OPTIONS="detect_leaks=1:exitcode=23:abort_on_error=0:detect_stack_use_after_return=1" \
             LSAN_OPTIONS="exitcode=23" \
-            cargo test --workspace --test c_api
+            cargo test -p libwool --test integration -- c_api::
 }
 
 tsan() {
     # The tests' worker processes are the ordinary build's programs (built by the test
     # command's set-up): only the tests and the library need the instrumentation.
     cargo build -p wool-worker &&
+        tsan_test -p libwool -p libwool-capi --lib &&
+        tsan_test -p libwool --test integration -- connection:: queue:: ffi_housekeeping:: rotation::
+}
+
+tsan_test() { # cargo test arguments...
     WOOL_PROGRAM_DIR="$ROOT/target/debug" \
         RUSTFLAGS="-Zsanitizer=thread" RUSTDOCFLAGS="-Zsanitizer=thread" \
         TSAN_OPTIONS="suppressions=$ROOT/scripts/tsan.supp:second_deadlock_stack=1" \
-        "${LEAN[@]}" cargo +nightly test -Zbuild-std --target "$HOST" --target-dir "$BUILDS_DIR/tsan" \
-        -p libwool -p libwool-capi --lib --test connection --test queue --test ffi_housekeeping \
-        --test rotation
+        "${LEAN[@]}" cargo +nightly test -Zbuild-std --target "$HOST" --target-dir "$BUILDS_DIR/tsan" "$@"
 }
 
 miri() {

@@ -26,15 +26,21 @@ setup() {
     ./scripts/setup-venvs.sh &&
         # cargo-c installs the library for the consumer suites (built once; ~20 min the first time).
         ./scripts/ensure-cargo-c.sh &&
-        # grpcurl, the real reflection client of tests/operable.rs (go install, pinned).
+        # grpcurl, the real reflection client of tests/integration/operable.rs (go install, pinned).
         ./scripts/ensure-grpcurl.sh >/dev/null &&
-        # KEDA's own external-scaler client (tests/keda, pinned), which tests/scaler.rs drives
+        # KEDA's own external-scaler client (tests/keda, pinned), which tests/integration/scaler.rs drives
         # wool-scaler with.
         ./scripts/ensure-keda-client.sh >/dev/null &&
         # The C, Go and Python suites load libwool (with its C ABI, the `capi` feature) and run
         # wool-worker: build them first.
         cargo build --workspace --lib --bins --examples
 }
+
+# On CI the tests that need root (network namespaces for cut links and multicast) and the Wool
+# peers fail rather than skip when they cannot run.
+if [[ -n "${CI:-}" ]]; then
+    export WOOL_TEST_REQUIRE_NETNS="${WOOL_TEST_REQUIRE_NETNS:-1}"
+fi
 
 suite "setup (Wool venvs, build)" setup
 # Rust unit, integration, interop (real Wool), C harness and header tests.

@@ -4,7 +4,7 @@
  * Every prototype below is copied from the contract. C accepts a repeated declaration only
  * when it is compatible, so with -Werror this file compiles only if the header agrees: same
  * names, same parameter and return types. The enum values are checked at compile time and the
- * sizes at run time. Built and run by tests/c_api.rs.
+ * sizes at run time. Built and run by tests/integration/c_api.rs.
  */
 #include "wool.h"
 

@@ -2,7 +2,7 @@
  * harness.c: the C test program for libwool's C API (include/wool.h).
  *
  * `harness CASE ARGS...` runs one case and exits 0 when every check holds; a failed check
- * prints where and why (with the status name and the last error) and exits 1. tests/c_api.rs
+ * prints where and why (with the status name and the last error) and exits 1. tests/integration/c_api.rs
  * builds it, arranges each case's world (real wool-worker processes, throwaway PKI, a worker
  * without idle, an address nobody listens on, hostile fake workers) and runs it, also under
  * valgrind.
@@ -333,7 +333,7 @@ static int case_idle_accrues(int argc, char **argv) {
 }
 
 /*
- * in-flight WORKER: while a task is in flight (tests/c_api.rs dispatches one), idle is exactly
+ * in-flight WORKER: while a task is in flight (tests/integration/c_api.rs dispatches one), idle is exactly
  * 0.0; once it has finished, idle rises.
  */
 static int case_in_flight(int argc, char **argv) {

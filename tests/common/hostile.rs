@@ -1,5 +1,5 @@
 //! Hostile workers: real listening sockets on 127.0.0.1 that misbehave on purpose, for the
-//! client to meet (`tests/hostile.rs` from Rust, `tests/c_api.rs` from C). Most speak raw
+//! client to meet (`tests/hostile.rs` from Rust, `tests/integration/c_api.rs` from C). Most speak raw
 //! HTTP/2 written by hand here (frame headers, HPACK literals), since a correct HTTP/2 server
 //! cannot be made to send what they send; the one that must honour flow control to keep
 //! streaming uses the `h2` crate's server side.

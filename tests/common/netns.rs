@@ -148,10 +148,16 @@ impl Drop for Link {
     }
 }
 
-/// The link for a test, or `None` (with the reason printed) where namespaces cannot be made.
+/// The link for a test, or `None` (with the reason printed) where namespaces cannot be made
+/// (not root, no `ip`). With `WOOL_TEST_REQUIRE_NETNS=1` (the test command sets it on CI) a
+/// link that cannot be made fails the test instead: a suite that needs namespaces never passes
+/// silently without them.
 pub fn link_or_skip(tag: &str) -> Option<Link> {
     match Link::make(tag) {
         Ok(link) => Some(link),
+        Err(why) if std::env::var_os("WOOL_TEST_REQUIRE_NETNS").is_some_and(|v| v == "1") => {
+            panic!("cannot make network namespaces here ({why}), and WOOL_TEST_REQUIRE_NETNS=1")
+        }
         Err(why) => {
             eprintln!("SKIPPED: cannot make network namespaces here ({why})");
             None

@@ -1,6 +1,6 @@
 // keda-client drives a KEDA external scaler the way KEDA does, through KEDA's own generated
 // client (github.com/kedacore/keda/v2/pkg/scalers/externalscaler) over grpc-go. The tests in
-// tests/scaler.rs run it against wool-scaler.
+// tests/integration/scaler.rs run it against wool-scaler.
 //
 //	keda-client poll   --address HOST:PORT [--name N] [--namespace NS] [TLS] --meta k=v ...
 //	keda-client stream --address HOST:PORT [--name N] [--namespace NS] [TLS] --meta k=v ...

@@ -8,7 +8,7 @@
 //! writes, or the test fails; see `suppressions` for the only errors it lets pass):
 //! `scripts/valgrind-c.sh`. `CC` picks the C compiler (default `cc`).
 
-mod common;
+use crate::common;
 
 use std::ffi::{c_char, CStr, CString};
 use std::os::unix::process::ExitStatusExt;

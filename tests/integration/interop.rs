@@ -4,7 +4,7 @@
 //! `scripts/setup-venvs.sh` creates under `target/venvs/` (`wool==0.15.7`, `wool==0.13.1`);
 //! the README's test command runs that script first.
 
-mod common;
+use crate::common;
 
 use std::ffi::CString;
 use std::io::{BufRead, BufReader};

@@ -4,7 +4,7 @@
 //! (`wool-worker` processes, listed, resolved from DNS, over mutual TLS) and a real Wool 0.15.7
 //! pool found by its discovery namespace.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -1,6 +1,6 @@
 //! The reference worker binary, `wool-worker`, as a process (ARCHITECTURE.md).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! sweeps, and the retire helper, including the race of a task that arrives between the poll
 //! and the stop.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

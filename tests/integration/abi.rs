@@ -2,7 +2,7 @@
 //! appear or disappear only together with a change of that list (which says which version
 //! added each symbol).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;

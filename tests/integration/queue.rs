@@ -1,7 +1,7 @@
 //! The completion queue's cancellation, seen from the worker's side: `wool_cancel` resets the
 //! call's HTTP/2 stream, so the worker's handler is dropped (as for any cancelled gRPC call).
 
-mod common;
+use crate::common;
 
 use std::ffi::CString;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! Wool 0.15.7's own client (a reloadable `WorkerCredentialsProvider`) polling our worker, and
 //! under our reloadable client polling Wool's worker serving a reloadable provider.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -1,7 +1,7 @@
 //! WorkerConnection against real workers over real sockets.
 //! Each test says what it arranges (Given), does (When) and expects (Then).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

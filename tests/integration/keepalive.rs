@@ -2,7 +2,7 @@
 //! answering without closing anything — a frozen process (SIGSTOP) and a network path cut in
 //! network namespaces this test makes itself (its addresses exist only inside them).
 
-mod common;
+use crate::common;
 
 use std::ffi::CString;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! on 127.0.0.0/8. Each test says what it arranges (Given), does (When) and expects (Then),
 //! and prints what it measured (`--nocapture`).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

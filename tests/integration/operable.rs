@@ -2,7 +2,7 @@
 //! the clients those crates ship (tonic-health's `HealthClient`, tonic-reflection's reflection
 //! clients) over real sockets against `wool-worker` processes.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
