@@ -183,17 +183,9 @@ func DiscoverAdmitted(namespace string, backend DiscoveryBackend, listen time.Du
 		return nil, err
 	}
 	defer C.free(unsafe.Pointer(ns))
-	var list *C.wool_worker_list
-	discover := func(credentials *C.wool_credentials) error {
-		return call("discover", "", func() C.wool_status {
-			return C.wool_discover_admitted(ns, C.int(backend), C.double(listen.Seconds()), credentials, &list)
-		})
-	}
-	if creds == nil {
-		err = discover(nil)
-	} else {
-		err = creds.use(discover)
-	}
+	list, err := listWith("discover", creds, func(credentials *C.wool_credentials, out **C.wool_worker_list) C.wool_status {
+		return C.wool_discover_admitted(ns, C.int(backend), C.double(listen.Seconds()), credentials, out)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -201,18 +193,12 @@ func DiscoverAdmitted(namespace string, backend DiscoveryBackend, listen time.Du
 	return workersFromList("discover", list)
 }
 
-// listDNS runs wool_discover_dns for name at port; the caller frees the list.
-func listDNS(op, name string, port uint16, timeout time.Duration, creds *Credentials) (*C.wool_worker_list, error) {
-	if strings.IndexByte(name, 0) >= 0 {
-		return nil, invalidArgument(op, "", "the name contains a NUL byte")
-	}
-	cName := C.CString(name)
-	defer C.free(unsafe.Pointer(cName))
-	var list *C.wool_worker_list
+// listWith runs one of the library's listing calls with creds' handle (nil = none) and
+// returns the list it wrote; the caller frees it.
+func listWith(op string, creds *Credentials, list func(*C.wool_credentials, **C.wool_worker_list) C.wool_status) (*C.wool_worker_list, error) {
+	var out *C.wool_worker_list
 	discover := func(credentials *C.wool_credentials) error {
-		return call(op, "", func() C.wool_status {
-			return C.wool_discover_dns(cName, C.uint16_t(port), C.double(timeout.Seconds()), credentials, &list)
-		})
+		return call(op, "", func() C.wool_status { return list(credentials, &out) })
 	}
 	var err error
 	if creds == nil {
@@ -223,7 +209,19 @@ func listDNS(op, name string, port uint16, timeout time.Duration, creds *Credent
 	if err != nil {
 		return nil, err
 	}
-	return list, nil
+	return out, nil
+}
+
+// listDNS runs wool_discover_dns for name at port; the caller frees the list.
+func listDNS(op, name string, port uint16, timeout time.Duration, creds *Credentials) (*C.wool_worker_list, error) {
+	if strings.IndexByte(name, 0) >= 0 {
+		return nil, invalidArgument(op, "", "the name contains a NUL byte")
+	}
+	cName := C.CString(name)
+	defer C.free(unsafe.Pointer(cName))
+	return listWith(op, creds, func(credentials *C.wool_credentials, out **C.wool_worker_list) C.wool_status {
+		return C.wool_discover_dns(cName, C.uint16_t(port), C.double(timeout.Seconds()), credentials, out)
+	})
 }
 
 // DiscoverDNS lists the workers at every address the DNS name resolves to (A and AAAA

@@ -155,11 +155,21 @@ def discover(namespace: str, *, lan: bool = False, listen: float | None = None,
     c_credentials = credentials._handle if credentials is not None else None
     _check(library, library.wool_discover_admitted(c_namespace, backend, seconds, c_credentials,
                                                    ctypes.byref(listing)))
+    return _take_workers(library, listing)
+
+
+def _workers_of(library, listing) -> list[DiscoveredWorker]:
+    """Every record of a ``wool_worker_list``, copied."""
+    return [
+        DiscoveredWorker._from_c(library.wool_worker_list_get(listing, i).contents)
+        for i in range(library.wool_worker_list_count(listing))
+    ]
+
+
+def _take_workers(library, listing) -> list[DiscoveredWorker]:
+    """Every record of a ``wool_worker_list``, copied; the list is freed."""
     try:
-        return [
-            DiscoveredWorker._from_c(library.wool_worker_list_get(listing, i).contents)
-            for i in range(library.wool_worker_list_count(listing))
-        ]
+        return _workers_of(library, listing)
     finally:
         library.wool_worker_list_free(listing)
 
@@ -200,14 +210,7 @@ def discover_dns(name: str, port: int, *, timeout: float | None = None,
         times out, more than 10,000 addresses.
     :raises TypeError: `name` not str, `port` not int, `credentials` not `WorkerCredentials`.
     """
-    library, listing = _list_dns(name, port, timeout, credentials)
-    try:
-        return [
-            DiscoveredWorker._from_c(library.wool_worker_list_get(listing, i).contents)
-            for i in range(library.wool_worker_list_count(listing))
-        ]
-    finally:
-        library.wool_worker_list_free(listing)
+    return _take_workers(*_list_dns(name, port, timeout, credentials))
 
 
 def connect_dns(name: str, port: int, *, timeout: float | None = None,
@@ -230,8 +233,7 @@ def connect_dns(name: str, port: int, *, timeout: float | None = None,
     library, listing = _list_dns(name, port, timeout, credentials)
     connections = []
     try:
-        for i in range(library.wool_worker_list_count(listing)):
-            worker = DiscoveredWorker._from_c(library.wool_worker_list_get(listing, i).contents)
+        for i, worker in enumerate(_workers_of(library, listing)):
             if worker.refusal is not None:
                 continue
 
