@@ -1,13 +1,24 @@
 //! The C ABI: `include/wool.h`, generated from this module by cbindgen (see `cbindgen.toml` and
-//! `tests/header.rs`). The contract is docs/C-API.md; every name here is part of it.
+//! `tests/integration/header.rs`). The contract is docs/C-API.md; every name here is part of it.
 //!
-//! One file per C-visible type ([`status`], [`connection`], [`credentials`], [`options`]), plus the boundary
-//! itself, written once:
+//! One file per C-visible type or family of calls:
+//! - [`status`]: `wool_status`, what every fallible call returns, and `wool_status_name`.
+//! - [`connection`]: `wool_connection` (`wool_connect`, `wool_idle`, `wool_stop`, `wool_free`).
+//! - [`credentials`]: `wool_credentials` (from PEM, from files, reloadable, with peers).
+//! - [`options`]: `wool_channel_options` and `wool_connect_with_options`.
+//! - [`queue`]: `wool_queue`, the calls started without blocking (`wool_idle_start`,
+//!   `wool_stop_start`), `wool_cancel`, `wool_queue_next`.
+//! - [`discovery`]: `wool_discover`, `wool_discover_admitted`, `wool_discover_dns`,
+//!   `wool_watch_*`, `wool_connect_worker`, `wool_worker_list_*`.
+//! - [`fleet`]: `wool_idle_many` (a sweep) and `wool_retire_idle`, on `libwool::fleet`.
+//! - [`last_error`]: the calling thread's most recent failure (like `errno`):
+//!   `wool_last_error`, `wool_last_rpc_code`.
+//! - `runtime`: the one library-wide tokio runtime that blocking calls run on (not C-visible).
+//!
+//! Plus the boundary itself, written once in this file:
 //! - `ffi_panic_boundary!` wraps every exported body: it catches panics and turns the body's
 //!   outcome into the C return value (a failed `Result` also becomes the thread's last error).
 //! - the `try_*` helpers below check pointers, text and numbers the same way everywhere.
-//! - [`last_error`] keeps the calling thread's most recent failure (like `errno`).
-//! - `runtime` is the one library-wide tokio runtime that blocking calls run on.
 
 pub mod connection;
 pub mod credentials;
