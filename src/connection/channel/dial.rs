@@ -1,0 +1,188 @@
+//! Dialing a worker: connecting (within the connect timeout), the TLS handshake and the wait
+//! for the worker's first bytes, the HTTP/2 handshake with this client's limits, and spawning
+//! the connection task.
+
+use std::future::Future;
+use std::os::fd::{AsRawFd, RawFd};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::client::SendRequest;
+use tokio_rustls::TlsConnector;
+
+use super::config::ChannelConfig;
+use super::connection::{drive, ConnectionState, Open};
+use super::failure::{io_failure, tls_handshake_failure, tls_rejection};
+use crate::connection::error::{Cause, TransportFailure};
+use crate::connection::transport::{Socket, TlsSocket};
+
+/// h2's budget for the framing overhead of small DATA frames received on a connection. h2
+/// (0.4.20) charges it for a frame that arrives on a stream this client already reset — the
+/// answer to a call that timed out locally or was cancelled — and never gives it back, so with
+/// its default (25,600) about a hundred late answers made h2 close a healthy connection with
+/// GOAWAY `ENHANCE_YOUR_CALM` "too_many_data_frames", failing every call on it as a protocol
+/// failure. This budget puts that off past hundreds of thousands of late answers on one
+/// connection; the memory it guards stays bounded by the connection's flow-control window. (A
+/// flood h2 does catch, e.g. endless CONTINUATION frames, stays a protocol failure: the worker
+/// misbehaves.)
+const DATA_FRAME_BUDGET: usize = 64 * 1024 * 1024;
+
+/// The largest header block (response head or trailers, decoded) accepted from a worker:
+/// 16 KiB, gRPC core's hard metadata limit (`grpc.absolute_max_metadata_size`), which Wool's
+/// own client (grpcio) applies. h2's default is 16 MiB a connection, so a hostile endpoint could
+/// make each connection of a sweep hold that much before it was refused; a larger block now
+/// fails the call at 16 KiB as a protocol failure.
+const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
+
+/// How long a new TLS connection waits for the worker's first bytes (see
+/// [`TlsSocket::read_ahead`]) before HTTP/2 starts anyway. Workers send their SETTINGS at once;
+/// the bound is for one that would wait for the client's preface first.
+const SERVER_PREFACE_WAIT: Duration = Duration::from_millis(250);
+
+/// Dials the target, does the TLS and HTTP/2 handshakes, and spawns the connection task
+/// (with the keepalive, when configured; `interval_ms` is the channel's interval in force).
+pub(super) async fn dial(
+    config: &ChannelConfig,
+    interval_ms: Arc<AtomicU64>,
+) -> Result<Open, TransportFailure> {
+    let target = config.target.to_string();
+    let peer_spoke_tls = Arc::new(AtomicBool::new(false));
+    let tls_failure = Arc::new(OnceLock::new());
+    let connect = async {
+        let socket = Socket::connect(config.target.clone())
+            .await
+            .map_err(|e| io_failure(&target, "connecting", &e))?;
+        let builder = {
+            let mut builder = h2::client::Builder::new();
+            builder
+                .initial_max_send_streams(config.max_concurrent_streams)
+                .max_header_list_size(MAX_HEADER_LIST_BYTES)
+                .data_frame_budget(DATA_FRAME_BUDGET);
+            builder
+        };
+        let fd = socket.as_raw_fd();
+        match &config.tls {
+            None => {
+                let socket = socket.sniffing_for_tls(Arc::clone(&peer_spoke_tls));
+                handshake(builder, socket, fd, &target, None).await
+            }
+            Some((tls, name)) => {
+                let socket = TlsConnector::from(Arc::clone(tls))
+                    .connect(name.clone(), socket)
+                    .await
+                    .map_err(|e| tls_handshake_failure(&target, &e))?;
+                if socket.get_ref().1.alpn_protocol() != Some(b"h2") {
+                    return Err(TransportFailure::new(
+                        Cause::Tls,
+                        format!(
+                            "TLS handshake with {target}: the worker did not agree to HTTP/2 \
+                             (ALPN h2)"
+                        ),
+                    ));
+                }
+                let mut socket = TlsSocket::new(socket, Arc::clone(&tls_failure));
+                match tokio::time::timeout(SERVER_PREFACE_WAIT, socket.read_ahead()).await {
+                    Ok(Err(error)) => {
+                        return Err(match tls_failure.get() {
+                            Some(reason) => tls_rejection(&target, reason),
+                            None => io_failure(&target, "connection", &error),
+                        })
+                    }
+                    Ok(Ok(0)) => {
+                        return Err(TransportFailure::new(
+                            Cause::Unreachable,
+                            format!(
+                                "the worker at {target} closed the connection right after the \
+                                 TLS handshake"
+                            ),
+                        ))
+                    }
+                    // Its first bytes came, or the wait ran out (a worker that speaks only
+                    // after the client's preface): HTTP/2 takes over.
+                    Ok(Ok(_)) | Err(_) => {}
+                }
+                handshake(builder, socket, fd, &target, Some(&tls_failure)).await
+            }
+        }
+    };
+    let Handshaken {
+        send,
+        fd,
+        connection,
+        ping_pong,
+    } = match config.connect_timeout {
+        Some(limit) => tokio::time::timeout(limit, connect).await.map_err(|_| {
+            TransportFailure::new(
+                Cause::Unreachable,
+                format!(
+                    "connecting to the worker at {target} took over {:.3} s",
+                    limit.as_secs_f64()
+                ),
+            )
+        })??,
+        None => connect.await?,
+    };
+    let state = Arc::new(ConnectionState {
+        target,
+        ended: AtomicBool::new(false),
+        keepalive_expired: AtomicBool::new(false),
+        peer_spoke_tls,
+        tls_failure,
+        calls: AtomicUsize::new(0),
+        pings_without_data: AtomicU32::new(0),
+        keepalive: config.keepalive,
+    });
+    let task = tokio::spawn(drive(
+        connection,
+        ping_pong,
+        Arc::clone(&state),
+        interval_ms,
+    ));
+    Ok(Open {
+        send,
+        state,
+        fd,
+        task: Arc::new(task.abort_handle()),
+    })
+}
+
+/// The connection future, boxed: it is the same type whatever the socket.
+pub(super) type Connection = Pin<Box<dyn Future<Output = Result<(), h2::Error>> + Send>>;
+/// What the HTTP/2 handshake gives: the stream handle, the socket's descriptor, the connection
+/// future and its PING handle.
+struct Handshaken {
+    send: SendRequest<Bytes>,
+    fd: RawFd,
+    connection: Connection,
+    ping_pong: Option<h2::PingPong>,
+}
+
+async fn handshake<T>(
+    builder: h2::client::Builder,
+    io: T,
+    fd: RawFd,
+    target: &str,
+    tls_failure: Option<&OnceLock<String>>,
+) -> Result<Handshaken, TransportFailure>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (send, mut connection) = builder.handshake::<T, Bytes>(io).await.map_err(|e| {
+        match tls_failure.and_then(OnceLock::get) {
+            Some(reason) => tls_rejection(target, reason),
+            None => {
+                TransportFailure::new(Cause::Unreachable, format!("HTTP/2 handshake failed: {e}"))
+            }
+        }
+    })?;
+    let ping_pong = connection.ping_pong();
+    Ok(Handshaken {
+        send,
+        fd,
+        connection: Box::pin(connection),
+        ping_pong,
+    })
+}
