@@ -1,0 +1,129 @@
+//! `woolctl sweep`: poll every worker of a pool (or of a list) with one deadline, a row per
+//! worker with its idle seconds. Also the poll itself ([`poll`]) and its row ([`PollRow`]),
+//! which `idle` prints too and `reap` decides on.
+
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use libwool::fleet::sweep_observed;
+use libwool::{Error, WorkerConnection};
+use serde::Serialize;
+
+use crate::args::Fleet;
+use crate::context::{Context, Failure, Member};
+use crate::output::{print_rows, seconds_cell, Column, ErrorFields, Named, Row};
+
+/// Sweeps the workers `fleet` names; whether every poll succeeded.
+///
+/// Errors: as [`Context::members`].
+pub async fn run(context: &Context, fleet: &Fleet) -> Result<bool, Failure> {
+    let members = context.members(fleet)?;
+    let outcomes = poll(context, &members).await;
+    Ok(print_polls(context, &members, &outcomes))
+}
+
+/// Prints a [`PollRow`] per member; whether every poll succeeded.
+pub fn print_polls(context: &Context, members: &[Member], outcomes: &[Result<f64, Error>]) -> bool {
+    let rows = members
+        .iter()
+        .zip(outcomes)
+        .map(|(member, outcome)| PollRow::new(member, outcome));
+    print_rows(context.output, rows)
+}
+
+/// Polls the members' idle seconds, one outcome per member in their order (those that could
+/// not be made into connections report why), all within `--rpc-timeout`; shows a progress
+/// line on a terminal's stderr once the sweep has taken a second.
+pub async fn poll(context: &Context, members: &[Member]) -> Vec<Result<f64, Error>> {
+    let live: Vec<&WorkerConnection> = members
+        .iter()
+        .filter_map(|m| m.connection.as_ref().ok())
+        .collect();
+    let done = Arc::new(AtomicUsize::new(0));
+    let progress = std::io::stderr().is_terminal().then(|| {
+        let done = Arc::clone(&done);
+        let total = live.len();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            loop {
+                eprint!(
+                    "\rsweeping: {}/{} answered",
+                    done.load(Ordering::Relaxed),
+                    total
+                );
+                let _ = std::io::stderr().flush();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    });
+    let outcomes = sweep_observed(live, &context.sweep_options(), |_, _| {
+        done.fetch_add(1, Ordering::Relaxed);
+    })
+    .await
+    .expect("the sweep options are valid");
+    if let Some(progress) = progress {
+        progress.abort();
+        eprint!("\r\x1b[K");
+    }
+    let mut outcomes = outcomes.into_iter();
+    members
+        .iter()
+        .map(|member| match &member.connection {
+            Ok(_) => outcomes.next().expect("one outcome per connection"),
+            Err(error) => Err(error.clone()),
+        })
+        .collect()
+}
+
+/// One worker's poll. JSON: `{"target", "uid"?, "ok": true, "idle_seconds"}` (seconds, a
+/// float) or `{"target", "uid"?, "ok": false, "error": {"kind", "code", "message"}}`. Table:
+/// `TARGET  IDLE_SECONDS  STATUS` (`ok` or the error).
+#[derive(Serialize)]
+pub struct PollRow<'a> {
+    #[serde(flatten)]
+    member: Named<'a>,
+    ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    idle_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<ErrorFields<'a>>,
+}
+
+impl<'a> PollRow<'a> {
+    /// The row of `member`'s poll.
+    pub fn new(member: &'a Member, outcome: &'a Result<f64, Error>) -> Self {
+        Self {
+            member: Named(member),
+            ok: outcome.is_ok(),
+            idle_seconds: outcome.as_ref().ok().copied(),
+            error: outcome.as_ref().err().map(ErrorFields),
+        }
+    }
+}
+
+impl Row for PollRow<'_> {
+    fn columns() -> Vec<Column> {
+        vec![
+            Column::left("TARGET", 36),
+            Column::right("IDLE_SECONDS", 12),
+            Column::left("STATUS", 0),
+        ]
+    }
+
+    fn cells(&self) -> Vec<String> {
+        vec![
+            self.member.target().to_owned(),
+            seconds_cell(self.idle_seconds),
+            match &self.error {
+                None => "ok".to_string(),
+                Some(error) => error.to_string(),
+            },
+        ]
+    }
+
+    fn ok(&self) -> bool {
+        self.ok
+    }
+}
