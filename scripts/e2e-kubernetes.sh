@@ -14,9 +14,9 @@
 # host's loopback instead and skips the HPA case, saying so. A trap stops every process it
 # started, whatever happens, and checks nothing it started is left listening.
 #
-# The manifests are the files in deploy/ that the README shows (this script checks each README
-# block still matches its file) and applies server-side; the cases patch only what a test must
-# (addresses, the fleet, timings). No kubelet or CNI runs: KEDA and the HPA scale through the
+# The manifests are the files in deploy/ that docs/kubernetes.md names and quotes (this script
+# checks each quoted block is unchanged lines of its file) and applies server-side; the cases
+# patch only what a test must (addresses, the fleet, timings). No kubelet or CNI runs: KEDA and the HPA scale through the
 # Deployment's scale subresource, and a NetworkPolicy is checked for the API server's acceptance
 # only (enforcement needs a network plugin).
 #   ./scripts/e2e-kubernetes.sh            every case
@@ -156,24 +156,28 @@ first_line() { # file: waits for a first line and prints it
 now() { date +%s.%N | cut -c1-14; }
 k() { "$BIN/kubectl" "$@"; }
 
-# --- the README's manifest blocks must be the files in deploy/
-check_readme() {
-    local f ok=0
-    while read -r f; do
-        local block
-        block="$(awk -v marker="<!-- manifest: $f " 'index($0, marker) == 1 {found=1; next}
-            found == 1 && /^```yaml$/ {found=2; next}
-            found == 2 && /^```$/ {exit} found == 2 {print}' README.md)"
-        if [[ "$block" != "$(cat "$f")" ]]; then
-            say "FAIL: README's block for $f differs from the file:"
-            diff <(echo "$block") "$f" >&2 || true
-            ok=1
-        fi
-    done < <(grep -o '<!-- manifest: [^ ]*' README.md | cut -d' ' -f3)
-    for f in deploy/*.yaml; do
-        grep -q "<!-- manifest: $f " README.md || { say "FAIL: $f is not shown in the README"; ok=1; }
-    done
-    return $ok
+# --- docs/kubernetes.md names every file in deploy/ and quotes them unchanged
+check_docs() {
+    # docs/kubernetes.md shows the manifests of deploy/ by name and in excerpts: each file must
+    # be named there, and each YAML block there must be lines of one file, in order, unchanged.
+    python3 - "$ROOT/docs/kubernetes.md" "$ROOT"/deploy/*.yaml <<'PY'
+import re, sys, os
+page = open(sys.argv[1]).read()
+files = {f: open(f).read().splitlines() for f in sys.argv[2:]}
+ok = True
+for f in files:
+    name = "deploy/" + os.path.basename(f)
+    if name not in page:
+        print(f"FAIL: {name} is not named in docs/kubernetes.md", file=sys.stderr); ok = False
+for block in re.findall(r"^```yaml\n(.*?)^```$", page, flags=re.M | re.S):
+    lines = block.splitlines()
+    def within(text):
+        return any(text[i:i + len(lines)] == lines for i in range(len(text) - len(lines) + 1))
+    if not any(within(text) for text in files.values()):
+        print("FAIL: a YAML block of docs/kubernetes.md is in no deploy/ file:\n" + block,
+              file=sys.stderr); ok = False
+sys.exit(0 if ok else 1)
+PY
 }
 
 # --- certificates: one CA for the engine (API server front proxy, the operator's and adapter's
@@ -328,7 +332,7 @@ scaler() { # name extra-args...: a wool-scaler on a free port; sets SCALER_ADDR_
 apply_case() { # ns name scaledobject-merge-patch (JSON)
     local ns=$1 name=$2 patch=$3
     k get namespace "$ns" >/dev/null 2>&1 || k create namespace "$ns" >/dev/null
-    # The workers' Deployment as the README shows it, at replicas 0 (KEDA scales from there).
+    # The workers' Deployment as deploy/ holds it, at replicas 0 (KEDA scales from there).
     k patch --local -f deploy/wool-workers.yaml --type merge -o yaml \
         -p "{\"metadata\":{\"name\":\"$name\"},\"spec\":{\"replicas\":0}}" | k apply --server-side -n "$ns" -f - >/dev/null
     k patch --local -f deploy/scaledobject.yaml --type merge -o yaml \
@@ -577,7 +581,7 @@ case_unreachable() {
         check unreachable "and the ScaledObject is not Ready" test "$ready" != True
     else
         # KEDA v2.21.0 asks the external scaler for GetMetricSpec again after an error; unreachable,
-        # it has no metric to give the fallback, so the fallback never engages (the README says so).
+        # it has no metric to give the fallback, so the fallback never engages (docs/kubernetes.md says so).
         check unreachable "with a fallback configured KEDA still keeps the count ($r_before -> $r_after): the fallback does not engage" test "$r_after" = "$r_before"
         check unreachable "and the Fallback condition is not True (${fbcond:-none})" test "$fbcond" != True
     fi
@@ -621,10 +625,10 @@ case_hpa() {
     RESULTS+=("hpa: peak $peak replicas with 3 busy workers (targetValue 1); back to 0 $( [[ -n "$t_down" ]] && awk -v a="$t_down" -v b="$t_end" 'BEGIN{printf "%.1f", a-b}') s after the end")
 }
 
-# Every manifest the README shows, applied as it stands (server-side, not a dry run); the
+# Every manifest in deploy/, applied as it stands (server-side, not a dry run); the
 # NetworkPolicies are accepted by the API server (no CNI here: nothing enforces them).
 case_manifests() {
-    echo "== the README's manifests (deploy/), applied server-side as they stand"
+    echo "== the manifests of deploy/, applied server-side as they stand"
     k create namespace docs >/dev/null
     k create namespace keda-docs >/dev/null 2>&1 || true
     local f out ok=0
@@ -648,7 +652,7 @@ case_manifests() {
 
 # ----------------------------------------------------------------------------- run
 CASES="${E2E_CASES:-activation pool stream tls unreachable hpa manifests}"
-check_readme || FAILS+=("readme: a manifest block differs from its file in deploy/")
+check_docs || FAILS+=("docs: a manifest excerpt in docs/kubernetes.md differs from deploy/")
 say "temp dir $TMP"
 certs
 control_plane

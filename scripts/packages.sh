@@ -38,7 +38,8 @@ for package in libwool-capi woolctl wool-worker wool-scaler; do
 done
 
 echo "== what the client takes"
-tree="$(cargo tree --quiet -p libwool -e normal --prefix none | sort -u)"
+# `--no-dedupe` off, a crate seen before is printed again with " (*)": strip it before counting.
+tree="$(cargo tree --quiet -p libwool -e normal --prefix none | sed 's/ (\*)$//' | sort -u)"
 echo "libwool with no features: $(wc -l <<<"$tree") distinct crates (itself included)"
 for crate in clap tracing-subscriber prometheus-client tonic-health tonic-reflection axum \
     mdns-sd hickory-resolver; do

@@ -5,8 +5,8 @@
 # profile the other suites build); SOAK_ARGS adds options to the soak program (see below).
 #
 # What it does:
-#   1. builds libwool with the C ABI and wool-worker (`cargo build --features capi --lib
-#      --bin wool-worker`, the same features as scripts/test.sh, so nothing is rebuilt twice),
+#   1. builds libwool's C ABI and wool-worker (`cargo build --workspace --lib --bins
+#      --examples`, as scripts/test.sh's set-up does, so nothing is rebuilt twice),
 #      copies both into target/soak/ (a cargo build during the run changes nothing under it)
 #      and compiles tests/c/soak.c against include/wool.h and that libwool.so (-Werror);
 #   2. starts a real wool-worker on a fixed free port of 127.0.0.1, chosen below the kernel's

@@ -55,7 +55,7 @@ suite "C harness under valgrind" ./scripts/valgrind-c.sh
 suite "C consumers of the installed library (pkg-config, CMake)" ./scripts/consumers-test.sh
 suite "Go binding (go test -race)" ./scripts/go-test.sh
 suite "Python binding (pytest)" ./scripts/python-test.sh -q
-# Breaking it on purpose, in short forms (the long ones: README, "Breaking it on purpose").
+# Breaking it on purpose, in short forms (the long ones: docs/testing.md, "Breaking it on purpose").
 suite "hostile input: every fuzz target, 10 s each" ./scripts/fuzz.sh 10
 suite "sanitizers: ASan+LSan C harness, TSan concurrency tests, miri" ./scripts/sanitizers.sh
 suite "soak: C API vs a worker SIGKILLed every 10 s (2 min)" ./scripts/soak.sh 2

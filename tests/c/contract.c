@@ -1,5 +1,5 @@
 /*
- * contract.c: include/wool.h declares exactly what shared/design/C-API.md says.
+ * contract.c: include/wool.h declares exactly what docs/C-API.md says.
  *
  * Every prototype below is copied from the contract. C accepts a repeated declaration only
  * when it is compatible, so with -Werror this file compiles only if the header agrees: same

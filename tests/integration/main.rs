@@ -24,3 +24,4 @@ mod rotation;
 mod scaler;
 mod slow_peers;
 mod wool_worker;
+mod woolctl;

@@ -1,4 +1,4 @@
-//! The reference worker binary, `wool-worker`, as a process (ARCHITECTURE.md).
+//! The reference worker binary, `wool-worker`, as a process (docs/architecture.md).
 
 use crate::common;
 

@@ -1,7 +1,7 @@
 //! `woolctl` as a process, as an operator runs it: against our workers and a real Wool 0.15.7
 //! pool found by namespace; output formats, exit statuses, stdout/stderr, TLS flags.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
