@@ -135,6 +135,34 @@ pub fn reload_on_sighup<E>(
     }
 }
 
+#[cfg(feature = "server")]
+/// Runs a started server until it ends on its own or a stop signal (SIGTERM, SIGINT) comes,
+/// reading its TLS files again on each SIGHUP (as [`reload_on_sighup`]): the loop both programs
+/// serve in. `wait` is the server's own end (`Worker::wait`, `Scaler::wait`), `reload` its
+/// `reload_credentials`.
+///
+/// Returns `Ok(true)` when a stop signal came (the caller then stops the server its own way),
+/// `Ok(false)` when the server ended by itself; errors: the server ended with an error (its
+/// message).
+pub async fn serve_until_stop<E: std::fmt::Display>(
+    server: &str,
+    signals: &mut Signals,
+    serves_tls: bool,
+    wait: impl Future<Output = Result<(), E>>,
+    reload: impl Fn() -> Result<CredentialReload, E>,
+) -> Result<bool, String> {
+    tokio::pin!(wait);
+    loop {
+        tokio::select! {
+            result = &mut wait => return result.map(|()| false).map_err(|e| e.to_string()),
+            signal = signals.next() => match signal {
+                Signal::Stop => return Ok(true),
+                Signal::Hangup => reload_on_sighup(server, serves_tls, &reload),
+            },
+        }
+    }
+}
+
 /// What a signal asks of a server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signal {

@@ -94,16 +94,16 @@ async fn run(args: Args) -> Result<(), String> {
     }
     let scaler = builder.serve().await.map_err(|e| e.to_string())?;
     cli::print_address(scaler.address())?;
-    loop {
-        tokio::select! {
-            result = scaler.wait() => return result.map_err(|e| e.to_string()),
-            signal = signals.next() => match signal {
-                cli::Signal::Stop => break,
-                cli::Signal::Hangup => {
-                    cli::reload_on_sighup("scaler", scaler.serves_tls(), || scaler.reload_credentials())
-                }
-            },
-        }
+    let stop_asked = cli::serve_until_stop(
+        "scaler",
+        &mut signals,
+        scaler.serves_tls(),
+        scaler.wait(),
+        || scaler.reload_credentials(),
+    )
+    .await?;
+    if !stop_asked {
+        return Ok(());
     }
     tracing::info!("signal received: stopping (streams end, calls in progress finish)");
     scaler.shutdown();

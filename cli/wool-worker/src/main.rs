@@ -124,16 +124,16 @@ async fn run(args: Args) -> Result<(), String> {
     let worker = builder.serve().await.map_err(|e| e.to_string())?;
     cli::print_address(worker.address())?;
 
-    loop {
-        tokio::select! {
-            result = worker.wait() => return result.map_err(|e| e.to_string()),
-            signal = signals.next() => match signal {
-                cli::Signal::Stop => break,
-                cli::Signal::Hangup => {
-                    cli::reload_on_sighup("worker", worker.serves_tls(), || worker.reload_credentials())
-                }
-            },
-        }
+    let stop_asked = cli::serve_until_stop(
+        "worker",
+        &mut signals,
+        worker.serves_tls(),
+        worker.wait(),
+        || worker.reload_credentials(),
+    )
+    .await?;
+    if !stop_asked {
+        return Ok(());
     }
     tracing::info!(
         "signal received: stopping; in-flight tasks may finish (a second signal cancels them)"
