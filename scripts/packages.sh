@@ -14,7 +14,14 @@ status=0
 fail() { echo "packages: FAIL: $*" >&2; status=1; }
 
 echo "== cargo package -p libwool -p libwool-capi (each built as packaged)"
-cargo package --quiet --allow-dirty -p libwool -p libwool-capi || fail "cargo package"
+# In a target directory of its own (the builds cache of scripts/tools-dir.sh, kept between
+# runs): built in target/, the packaged libwool-capi's artifacts, made against the packaged
+# libwool, would stand where the workspace's own are, and a later `cargo test -p libwool` would
+# link them and see two different libwool crates.
+. "$ROOT/scripts/tools-dir.sh"
+trim_builds
+CARGO_TARGET_DIR="$BUILDS_DIR/package" cargo package --quiet --allow-dirty -p libwool -p libwool-capi ||
+    fail "cargo package"
 
 check() { # description, cargo check arguments...
     local what="$1"; shift
