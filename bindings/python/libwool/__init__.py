@@ -276,11 +276,13 @@ def _c_seconds(value: float | None, name: str, *, none_means: float | None) -> f
     return float(value)
 
 
-_C_TYPE_NAMES = {ctypes.c_size_t: "size_t", ctypes.c_uint32: "uint32_t"}
+_C_TYPE_NAMES = {ctypes.c_size_t: "size_t", ctypes.c_uint32: "uint32_t", ctypes.c_uint16: "uint16_t"}
 
 
-def _c_unsigned(value: int, name: str, c_type: type[ctypes._SimpleCData]) -> int:
-    """An int for an unsigned C parameter (size_t, uint32_t).
+def _c_unsigned(value: int, name: str, c_type: type[ctypes._SimpleCData], *,
+                what: str = "channel option") -> int:
+    """An int for an unsigned C parameter (size_t, uint32_t, uint16_t); `what` names the kind
+    of parameter in the messages.
 
     ctypes would silently wrap a value the C type cannot hold (-1 becoming SIZE_MAX, 2**32 a
     uint32_t 0), so such a value is refused here, naming the option as libwool would. Every
@@ -292,10 +294,10 @@ def _c_unsigned(value: int, name: str, c_type: type[ctypes._SimpleCData]) -> int
     value = int(value)
     maximum = 2 ** (8 * ctypes.sizeof(c_type)) - 1
     if value < 0:
-        raise ValueError(f"channel option {name} must not be negative, got {value}")
+        raise ValueError(f"{what} {name} must not be negative, got {value}")
     if value > maximum:
         raise ValueError(
-            f"channel option {name} must be at most {maximum} "
+            f"{what} {name} must be at most {maximum} "
             f"(a C {_C_TYPE_NAMES[c_type]}), got {value}"
         )
     return value

@@ -45,6 +45,7 @@ from . import (
     WorkerCredentials,
     _c_seconds,
     _c_text,
+    _c_unsigned,
     _channel_options,
     _check,
     _error,
@@ -178,10 +179,7 @@ def _list_dns(name: str, port: int, timeout: float | None, credentials):
     """Runs ``wool_discover_dns`` and returns the library and the list handle (the caller frees
     it with ``wool_worker_list_free``)."""
     c_name = _c_text(_check_type(name, str, "name"), "name")
-    if not isinstance(port, int) or isinstance(port, bool):
-        raise TypeError(f"port must be an int, not {type(port).__name__}")
-    if not 0 <= port <= 65535:  # a C uint16_t; libwool itself refuses 0
-        raise ValueError(f"port must be 1-65535, not {port}")
+    port = _c_unsigned(port, "port", ctypes.c_uint16, what="the")  # libwool refuses 0
     seconds = _c_seconds(timeout, "timeout", none_means=0.0)
     if credentials is not None:
         _check_type(credentials, WorkerCredentials, "credentials")
