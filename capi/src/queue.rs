@@ -96,6 +96,31 @@ impl Queue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The queue's state once a completion waits, or once `timeout_seconds` (0, positive, or
+    /// INFINITY; checked by the caller) have passed without one.
+    fn wait_ready(&self, timeout_seconds: f64) -> MutexGuard<'_, State> {
+        let deadline = Duration::try_from_secs_f64(timeout_seconds)
+            .ok()
+            .and_then(|wait| Instant::now().checked_add(wait));
+        let mut state = self.lock();
+        while state.completions.is_empty() && timeout_seconds > 0.0 {
+            state = match deadline {
+                None => self.ready.wait(state).unwrap_or_else(|p| p.into_inner()),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    self.ready
+                        .wait_timeout(state, left)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+            };
+        }
+        state
+    }
+
     /// Finishes call `id` with `completion`, unless it was cancelled or the queue freed.
     fn finish(&self, id: u64, completion: impl FnOnce(u64) -> wool_completion) {
         let mut state = self.lock();
@@ -392,32 +417,12 @@ pub unsafe extern "C" fn wool_queue_next(
                 "timeout must be 0, positive seconds or infinity, got {timeout_seconds}"
             )));
         }
-        let deadline = Duration::try_from_secs_f64(timeout_seconds)
-            .ok()
-            .and_then(|wait| Instant::now().checked_add(wait));
         let out = if capacity == 0 {
             &mut [][..]
         } else {
             unsafe { std::slice::from_raw_parts_mut(out, capacity) }
         };
-        let inner = &queue.inner;
-        let mut state = inner.lock();
-        while state.completions.is_empty() && timeout_seconds > 0.0 {
-            state = match deadline {
-                None => inner.ready.wait(state).unwrap_or_else(|p| p.into_inner()),
-                Some(deadline) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        break;
-                    }
-                    inner
-                        .ready
-                        .wait_timeout(state, left)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0
-                }
-            };
-        }
+        let mut state = queue.inner.wait_ready(timeout_seconds);
         *out_count = state.pop(out);
         Ok(())
     })
