@@ -134,6 +134,21 @@
 #define WOOL_COMPLETION_MESSAGE_BYTES 256
 
 /**
+ * `wool_completion_ex.kind` of an idle poll (wool_idle_start).
+ */
+#define WOOL_COMPLETION_KIND_IDLE 1
+
+/**
+ * `wool_completion_ex.kind` of a stop (wool_stop_start).
+ */
+#define WOOL_COMPLETION_KIND_STOP 2
+
+/**
+ * `wool_completion_ex.kind` of a sweep (wool_idle_many_start).
+ */
+#define WOOL_COMPLETION_KIND_SWEEP 3
+
+/**
  * The outcome of a call. Values are stable: C programs and other bindings compare against them.
  * On any failure the calling thread's last error holds the message and the gRPC code (see
  * wool_last_error and wool_last_rpc_code).
@@ -270,6 +285,29 @@ typedef struct {
 } wool_worker_info;
 
 /**
+ * One worker's outcome in a sweep started with wool_idle_many_start.
+ */
+typedef struct {
+  /**
+   * The status wool_idle would have given (a NULL handle: WOOL_STATUS_INVALID_ARGUMENT).
+   */
+  wool_status status;
+  /**
+   * The gRPC code of a failure (as wool_last_rpc_code), -1 when none.
+   */
+  int32_t rpc_code;
+  /**
+   * The worker's idle seconds on WOOL_STATUS_OK; NAN otherwise.
+   */
+  double seconds;
+  /**
+   * The failure's message as wool_last_error would give it after that wool_idle,
+   * NUL-terminated, truncated to fit; "" on success.
+   */
+  char message[WOOL_COMPLETION_MESSAGE_BYTES];
+} wool_poll_result;
+
+/**
  * A retire policy for wool_retire_idle (as the Rust `RetirePolicy`). Fill every field.
  */
 typedef struct {
@@ -375,6 +413,33 @@ typedef struct {
    */
   char message[WOOL_COMPLETION_MESSAGE_BYTES];
 } wool_completion;
+
+/**
+ * One finished call as wool_queue_next_sized hands it out: the 0.4 `wool_completion` first
+ * (its fields are a prefix of this struct), then fields that `wool_completion` has no room
+ * for. Fields are only ever appended: a host passes `sizeof(wool_completion_ex)` as it was
+ * compiled, and gets that many bytes per completion (see wool_queue_next_sized).
+ */
+typedef struct {
+  /**
+   * The completion as wool_queue_next gives it.
+   */
+  wool_completion completion;
+  /**
+   * What the call was: WOOL_COMPLETION_KIND_IDLE, _STOP or _SWEEP. A call cancelled by
+   * wool_cancel keeps its kind (its status is WOOL_STATUS_CANCELLED).
+   */
+  uint32_t kind;
+  /**
+   * Always 0.
+   */
+  uint32_t reserved;
+  /**
+   * For a sweep that completed WOOL_STATUS_OK: the number of results written to its
+   * `out_results` (its `count`); 0 otherwise (a cancelled sweep wrote none).
+   */
+  uint64_t count;
+} wool_completion_ex;
 
 #ifdef __cplusplus
 extern "C" {
@@ -722,6 +787,37 @@ void wool_watch_free(wool_watch *watch);
 wool_status wool_idle_many(const wool_connection *const *conns, size_t count, double timeout_seconds, size_t max_in_flight, double *out_seconds, wool_status *out_statuses, int32_t *out_codes);
 
 /**
+ * Starts, without blocking, the sweep wool_idle_many runs: polls the workers behind
+ * `conns[0..count]` (as wool_idle), at most `max_in_flight` at once, all within one deadline
+ * of `timeout_seconds` (INFINITY = none), on the runtime and pooled connections the other
+ * calls use. Returns at once with the call's id in `*out_call` (for wool_cancel). When every
+ * poll has finished, the sweep writes one result per handle to `out_results[0..count]`, in
+ * `conns` order (a NULL handle: WOOL_STATUS_INVALID_ARGUMENT in its slot; polls not started
+ * before the deadline: WOOL_STATUS_TRANSIENT, DEADLINE_EXCEEDED), and then posts ONE
+ * completion, tagged `tag`, to `queue`: WOOL_STATUS_OK, seconds 0, and (through
+ * wool_queue_next_sized) kind WOOL_COMPLETION_KIND_SWEEP and count `count`. `count` 0 starts
+ * a sweep of nothing, which completes at once.
+ *
+ * `out_results` is written only at the sweep's completion, all at once, and only if the call
+ * is still in flight then: once wool_cancel(queue, call) has returned (its one completion is
+ * then WOOL_STATUS_CANCELLED, count 0, the polls in flight cancelled) or wool_queue_free has,
+ * nothing is ever written to it again. So `out_results` must stay valid until the call's
+ * completion has been collected, or wool_cancel / wool_queue_free has returned; then the host
+ * may free it. The handles may be freed as soon as this returns: the sweep keeps what it
+ * needs. The same handle may appear several times.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `conns` or `out_results` with a non-zero
+ * count, max_in_flight 0, a bad timeout (as wool_idle), or NULL `queue` or `out_call`;
+ * nothing is started or written then.
+ *
+ * # Safety
+ * `conns` must be NULL or `count` pointers, each NULL or a live handle; `queue` NULL or live;
+ * `out_results` NULL or `count` writable elements, valid as said above; `out_call` NULL or
+ * writable.
+ */
+wool_status wool_idle_many_start(const wool_connection *const *conns, size_t count, double timeout_seconds, size_t max_in_flight, const wool_queue *queue, uint64_t tag, wool_poll_result *out_results, uint64_t *out_call);
+
+/**
  * The name of a retire reason (`"idle"`, `"busy"`, `"below-threshold"`, `"minimum"`,
  * `"round-limit"`, `"idle-unavailable"`, `"unreachable"`, `"poll-failed"`); `"unknown"` for
  * any other value. Static, never NULL.
@@ -955,7 +1051,9 @@ wool_status wool_stop_start(const wool_connection *conn, const wool_queue *queue
  * worker sees the cancellation) and it completes at once with WOOL_STATUS_CANCELLED (its
  * completion is in the queue when this returns). A call that already completed, or an
  * unknown id, is left alone: WOOL_STATUS_OK either way, since the race between a completion
- * and a cancel is the host's to lose.
+ * and a cancel is the host's to lose. A sweep (wool_idle_many_start) cancelled here has its
+ * polls in flight cancelled and writes nothing more to its `out_results` once this returns:
+ * the host may free that array then (a sweep that completed first has written all of it).
  *
  * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `queue`.
  *
@@ -968,7 +1066,8 @@ wool_status wool_cancel(const wool_queue *queue, uint64_t call);
  * Collects up to `capacity` completions into `out` (oldest first) and writes how many to
  * `*out_count`. Waits up to `timeout_seconds` for the first one: 0 = do not wait, positive =
  * that long, INFINITY = until one arrives. Returns WOOL_STATUS_OK also when none arrived in
- * time (`*out_count` = 0).
+ * time (`*out_count` = 0). A completion's kind and a sweep's result count are left out here:
+ * wool_queue_next_sized gives them.
  *
  * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `queue`, `out_count`, or `out` with a
  * non-zero capacity, or a negative or NaN timeout.
@@ -978,6 +1077,27 @@ wool_status wool_cancel(const wool_queue *queue, uint64_t call);
  * NULL or writable.
  */
 wool_status wool_queue_next(const wool_queue *queue, wool_completion *out, size_t capacity, double timeout_seconds, size_t *out_count);
+
+/**
+ * As wool_queue_next, writing each completion as a `wool_completion_ex` of
+ * `completion_size` bytes: the host passes `sizeof(wool_completion_ex)` as it was compiled,
+ * and `out` holds `capacity` elements that many bytes apart. Each element gets the first
+ * `min(completion_size, sizeof(wool_completion_ex))` bytes of the library's completion; bytes
+ * beyond the library's (a host compiled against a later header) are zeroed. So a host built
+ * against an older header reads the fields it knows, and a newer one reads zeros in the
+ * fields this library does not have. `completion_size == sizeof(wool_completion)` gives
+ * exactly what wool_queue_next gives. The elements need no particular alignment.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `queue`, `out_count`, or `out` with a
+ * non-zero capacity, a `completion_size` below `sizeof(wool_completion)` (288), a
+ * `capacity * completion_size` that overflows, or a negative or NaN timeout; nothing is
+ * collected then.
+ *
+ * # Safety
+ * `queue` must be NULL or live; `out` NULL or `capacity * completion_size` writable bytes;
+ * `out_count` NULL or writable.
+ */
+wool_status wool_queue_next_sized(const wool_queue *queue, void *out, size_t capacity, size_t completion_size, double timeout_seconds, size_t *out_count);
 
 /**
  * The name of `status` as static NUL-terminated text, e.g. "WOOL_STATUS_TRANSIENT"; never

@@ -7,10 +7,11 @@
 //! - [`credentials`]: `wool_credentials` (from PEM, from files, reloadable, with peers).
 //! - [`options`]: `wool_channel_options` and `wool_connect_with_options`.
 //! - [`queue`]: `wool_queue`, the calls started without blocking (`wool_idle_start`,
-//!   `wool_stop_start`), `wool_cancel`, `wool_queue_next`.
+//!   `wool_stop_start`), `wool_cancel`, `wool_queue_next`, `wool_queue_next_sized`.
 //! - [`discovery`]: `wool_discover`, `wool_discover_admitted`, `wool_discover_dns`,
 //!   `wool_watch_*`, `wool_connect_worker`, `wool_worker_list_*`.
-//! - [`fleet`]: `wool_idle_many` (a sweep) and `wool_retire_idle`, on `libwool::fleet`.
+//! - [`fleet`]: `wool_idle_many` (a sweep), `wool_idle_many_start` (a sweep started without
+//!   blocking) and `wool_retire_idle`, on `libwool::fleet`.
 //! - [`last_error`]: the calling thread's most recent failure (like `errno`):
 //!   `wool_last_error`, `wool_last_rpc_code`.
 //! - `runtime`: the one library-wide tokio runtime that blocking calls run on (not C-visible).
@@ -46,8 +47,8 @@ pub use discovery::{
     WOOL_DISCOVERY_LOCAL,
 };
 pub use fleet::{
-    wool_idle_many, wool_retire_decision, wool_retire_idle, wool_retire_policy,
-    wool_retire_reason_name,
+    wool_idle_many, wool_idle_many_start, wool_poll_result, wool_retire_decision, wool_retire_idle,
+    wool_retire_policy, wool_retire_reason_name,
 };
 pub use last_error::{wool_last_error, wool_last_rpc_code};
 use libwool::connection::Error;
@@ -62,8 +63,10 @@ pub use options::{
     wool_channel_options_set_max_send_message_bytes, wool_connect_with_options,
 };
 pub use queue::{
-    wool_cancel, wool_completion, wool_idle_start, wool_queue, wool_queue_fd, wool_queue_free,
-    wool_queue_new, wool_queue_next, wool_stop_start, WOOL_COMPLETION_MESSAGE_BYTES,
+    wool_cancel, wool_completion, wool_completion_ex, wool_idle_start, wool_queue, wool_queue_fd,
+    wool_queue_free, wool_queue_new, wool_queue_next, wool_queue_next_sized, wool_stop_start,
+    WOOL_COMPLETION_KIND_IDLE, WOOL_COMPLETION_KIND_STOP, WOOL_COMPLETION_KIND_SWEEP,
+    WOOL_COMPLETION_MESSAGE_BYTES,
 };
 pub use status::{wool_status, wool_status_name};
 

@@ -1,14 +1,16 @@
 //! `wool_queue`: calls that start without blocking and complete into a queue the host collects
 //! from — blocking with a timeout, without blocking, or when the queue's file descriptor
 //! becomes readable in the host's own event loop (epoll, `select`, libuv, asyncio's
-//! `add_reader`). `wool_idle_start`, `wool_stop_start`, `wool_cancel`, `wool_queue_next`.
+//! `add_reader`). `wool_idle_start`, `wool_stop_start`, `wool_cancel`, `wool_queue_next`,
+//! `wool_queue_next_sized` (the growable `wool_completion_ex`); the started sweep
+//! `wool_idle_many_start` (in `fleet`) completes into the same queue.
 //!
 //! Started calls run on the library's one runtime, driven by the library's driver thread while
 //! any are in flight (see `runtime`); the blocking calls share that runtime and its pooled
 //! connections. Nothing calls back into the host: completions wait in the queue.
 
 use std::collections::{HashMap, VecDeque};
-use std::ffi::c_char;
+use std::ffi::{c_char, c_void};
 use std::future::Future;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,8 +48,35 @@ pub struct wool_completion {
     pub message: [c_char; WOOL_COMPLETION_MESSAGE_BYTES],
 }
 
+/// `wool_completion_ex.kind` of an idle poll (wool_idle_start).
+pub const WOOL_COMPLETION_KIND_IDLE: u32 = 1;
+/// `wool_completion_ex.kind` of a stop (wool_stop_start).
+pub const WOOL_COMPLETION_KIND_STOP: u32 = 2;
+/// `wool_completion_ex.kind` of a sweep (wool_idle_many_start).
+pub const WOOL_COMPLETION_KIND_SWEEP: u32 = 3;
+
+/// One finished call as wool_queue_next_sized hands it out: the 0.4 `wool_completion` first
+/// (its fields are a prefix of this struct), then fields that `wool_completion` has no room
+/// for. Fields are only ever appended: a host passes `sizeof(wool_completion_ex)` as it was
+/// compiled, and gets that many bytes per completion (see wool_queue_next_sized).
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct wool_completion_ex {
+    /// The completion as wool_queue_next gives it.
+    pub completion: wool_completion,
+    /// What the call was: WOOL_COMPLETION_KIND_IDLE, _STOP or _SWEEP. A call cancelled by
+    /// wool_cancel keeps its kind (its status is WOOL_STATUS_CANCELLED).
+    pub kind: u32,
+    /// Always 0.
+    pub reserved: u32,
+    /// For a sweep that completed WOOL_STATUS_OK: the number of results written to its
+    /// `out_results` (its `count`); 0 otherwise (a cancelled sweep wrote none).
+    pub count: u64,
+}
+
 impl wool_completion {
-    fn new(tag: u64, call: u64, outcome: Result<f64, Error>, function: &str) -> Self {
+    pub(crate) fn new(tag: u64, call: u64, outcome: Result<f64, Error>, function: &str) -> Self {
         let mut completion = wool_completion {
             tag,
             call,
@@ -69,6 +98,29 @@ impl wool_completion {
     }
 }
 
+impl wool_completion_ex {
+    /// A completion of a call of `kind`, with `count` results written (a sweep's).
+    pub(crate) fn new(completion: wool_completion, kind: u32, count: u64) -> Self {
+        wool_completion_ex {
+            completion,
+            kind,
+            reserved: 0,
+            count,
+        }
+    }
+
+    /// The completion of an idle poll or stop, or of a sweep that wrote nothing.
+    fn of_call(
+        kind: u32,
+        tag: u64,
+        call: u64,
+        outcome: Result<f64, Error>,
+        function: &str,
+    ) -> Self {
+        Self::new(wool_completion::new(tag, call, outcome, function), kind, 0)
+    }
+}
+
 /// A completion queue. Opaque; made by wool_queue_new, released by wool_queue_free. Any thread
 /// may start calls on it and collect from it.
 #[allow(non_camel_case_types)]
@@ -84,11 +136,24 @@ struct Queue {
 }
 
 struct State {
-    completions: VecDeque<wool_completion>,
-    /// Calls in flight: id → (tag, its task once spawned).
-    calls: HashMap<u64, (u64, Option<tokio::task::AbortHandle>)>,
+    /// Completions not yet collected, in the order they came; each converts to what the
+    /// collecting function hands out (a `wool_completion` or a prefix of a
+    /// `wool_completion_ex`).
+    completions: VecDeque<wool_completion_ex>,
+    /// Calls in flight: id → the call.
+    calls: HashMap<u64, Call>,
     /// An eventfd, readable exactly while completions wait; `None` once the queue is freed.
     fd: Option<OwnedFd>,
+}
+
+/// A call in flight on a queue.
+struct Call {
+    /// The host's value given at the start.
+    tag: u64,
+    /// WOOL_COMPLETION_KIND_*: kept by its cancellation's completion.
+    kind: u32,
+    /// Its task, once spawned (`None` for the moment between its registration and its spawn).
+    task: Option<tokio::task::AbortHandle>,
 }
 
 impl Queue {
@@ -121,18 +186,21 @@ impl Queue {
         state
     }
 
-    /// Finishes call `id` with `completion`, unless it was cancelled or the queue freed.
-    fn finish(&self, id: u64, completion: impl FnOnce(u64) -> wool_completion) {
+    /// Finishes call `id` with `completion(tag)`, unless it was cancelled or the queue freed.
+    /// `completion` runs only in the first case, under the queue's lock: what it writes to
+    /// host memory (a sweep's results) is therefore never written once wool_cancel or
+    /// wool_queue_free, which take the same lock, has removed the call.
+    fn finish(&self, id: u64, completion: impl FnOnce(u64) -> wool_completion_ex) {
         let mut state = self.lock();
-        if let Some((tag, _)) = state.calls.remove(&id) {
-            state.push(completion(tag));
+        if let Some(call) = state.calls.remove(&id) {
+            state.push(completion(call.tag));
             self.ready.notify_all();
         }
     }
 }
 
 impl State {
-    fn push(&mut self, completion: wool_completion) {
+    fn push(&mut self, completion: wool_completion_ex) {
         if self.completions.is_empty() {
             if let Some(fd) = &self.fd {
                 // SAFETY: an 8-byte write to our eventfd.
@@ -143,10 +211,12 @@ impl State {
         self.completions.push_back(completion);
     }
 
-    fn pop(&mut self, out: &mut [wool_completion]) -> usize {
-        let count = out.len().min(self.completions.len());
-        for (slot, completion) in out.iter_mut().zip(self.completions.drain(..count)) {
-            *slot = completion;
+    /// Takes up to `most` completions, oldest first, handing each to `write` with its index;
+    /// returns how many.
+    fn pop(&mut self, most: usize, mut write: impl FnMut(usize, &wool_completion_ex)) -> usize {
+        let count = most.min(self.completions.len());
+        for (index, completion) in self.completions.drain(..count).enumerate() {
+            write(index, &completion);
         }
         if self.completions.is_empty() && count > 0 {
             if let Some(fd) = &self.fd {
@@ -215,8 +285,8 @@ pub unsafe extern "C" fn wool_queue_free(queue: *mut wool_queue) {
         // SAFETY: the caller's contract above.
         if let Some(queue) = unsafe { queue.as_ref() } {
             let mut state = queue.inner.lock();
-            for (_, (_, task)) in state.calls.drain() {
-                if let Some(task) = task {
+            for (_, call) in state.calls.drain() {
+                if let Some(task) = call.task {
                     task.abort();
                 }
             }
@@ -245,16 +315,22 @@ pub unsafe extern "C" fn wool_queue_fd(queue: *const wool_queue) -> i32 {
     })
 }
 
-/// Starts `call` on the runtime for `queue`, tagged `tag`; its id goes to `*out_call`.
-fn start<F>(
+/// Starts `call` on the runtime for `queue`, tagged `tag`, as a call of `kind`
+/// (WOOL_COMPLETION_KIND_*); its id goes to `*out_call`. The call's output makes its
+/// completion from the tag and the id: it runs inside [`Queue::finish`], so only while the call
+/// is still registered and under the queue's lock (where a sweep writes its results).
+///
+/// Errors: INVALID_ARGUMENT for a freed queue; the runtime's start failure.
+pub(crate) fn start<F, D>(
     queue: &wool_queue,
     tag: u64,
+    kind: u32,
     out_call: &mut u64,
-    function: &'static str,
     call: F,
 ) -> Result<(), Error>
 where
-    F: Future<Output = Result<f64, Error>> + Send + 'static,
+    F: Future<Output = D> + Send + 'static,
+    D: FnOnce(u64, u64) -> wool_completion_ex + Send + 'static,
 {
     let inner = Arc::clone(&queue.inner);
     let id = inner.next_call.fetch_add(1, Ordering::Relaxed);
@@ -263,12 +339,19 @@ where
         if state.fd.is_none() {
             return Err(Error::invalid_argument("the queue has been freed"));
         }
-        state.calls.insert(id, (tag, None));
+        state.calls.insert(
+            id,
+            Call {
+                tag,
+                kind,
+                task: None,
+            },
+        );
     }
     let finisher = Arc::clone(&inner);
     let task = runtime::spawn(async move {
-        let outcome = call.await;
-        finisher.finish(id, |tag| wool_completion::new(tag, id, outcome, function));
+        let complete = call.await;
+        finisher.finish(id, |tag| complete(tag, id));
     });
     let task = match task {
         Ok(task) => task,
@@ -279,11 +362,30 @@ where
     };
     let mut state = inner.lock();
     match state.calls.get_mut(&id) {
-        Some((_, slot)) => *slot = Some(task),
+        Some(call) => call.task = Some(task),
         None => task.abort(), // cancelled (or finished) before its task was recorded
     }
     *out_call = id;
     Ok(())
+}
+
+/// Starts a call whose outcome is one worker's (an idle poll or a stop), completing as
+/// `function` (named in a failure's message).
+fn start_call<F>(
+    queue: &wool_queue,
+    tag: u64,
+    kind: u32,
+    out_call: &mut u64,
+    function: &'static str,
+    call: F,
+) -> Result<(), Error>
+where
+    F: Future<Output = Result<f64, Error>> + Send + 'static,
+{
+    start(queue, tag, kind, out_call, async move {
+        let outcome = call.await;
+        move |tag, id| wool_completion_ex::of_call(kind, tag, id, outcome, function)
+    })
 }
 
 /// Starts an idle poll of the worker behind `conn` without blocking (as wool_idle, which it
@@ -311,9 +413,14 @@ pub unsafe extern "C" fn wool_idle_start(
         let queue = unsafe { try_ref(queue, "queue") }?;
         let out_call = unsafe { try_mut(out_call, "out_call") }?;
         let timeout = try_timeout(timeout_seconds)?;
-        start(queue, tag, out_call, "wool_idle_start", async move {
-            conn.idle(timeout).await
-        })
+        start_call(
+            queue,
+            tag,
+            WOOL_COMPLETION_KIND_IDLE,
+            out_call,
+            "wool_idle_start",
+            async move { conn.idle(timeout).await },
+        )
     })
 }
 
@@ -342,9 +449,14 @@ pub unsafe extern "C" fn wool_stop_start(
         let out_call = unsafe { try_mut(out_call, "out_call") }?;
         let grace = try_grace(grace_seconds)?;
         let timeout = try_timeout(timeout_seconds)?;
-        start(queue, tag, out_call, "wool_stop_start", async move {
-            conn.stop(grace, timeout).await.map(|()| 0.0)
-        })
+        start_call(
+            queue,
+            tag,
+            WOOL_COMPLETION_KIND_STOP,
+            out_call,
+            "wool_stop_start",
+            async move { conn.stop(grace, timeout).await.map(|()| 0.0) },
+        )
     })
 }
 
@@ -352,7 +464,9 @@ pub unsafe extern "C" fn wool_stop_start(
 /// worker sees the cancellation) and it completes at once with WOOL_STATUS_CANCELLED (its
 /// completion is in the queue when this returns). A call that already completed, or an
 /// unknown id, is left alone: WOOL_STATUS_OK either way, since the race between a completion
-/// and a cancel is the host's to lose.
+/// and a cancel is the host's to lose. A sweep (wool_idle_many_start) cancelled here has its
+/// polls in flight cancelled and writes nothing more to its `out_results` once this returns:
+/// the host may free that array then (a sweep that completed first has written all of it).
 ///
 /// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `queue`.
 ///
@@ -365,7 +479,7 @@ pub unsafe extern "C" fn wool_cancel(queue: *const wool_queue, call: u64) -> woo
         let queue = unsafe { try_ref(queue, "queue") }?;
         let inner = &queue.inner;
         let mut state = inner.lock();
-        if let Some((tag, task)) = state.calls.remove(&call) {
+        if let Some(Call { tag, kind, task }) = state.calls.remove(&call) {
             if let Some(task) = task {
                 task.abort();
             }
@@ -374,7 +488,8 @@ pub unsafe extern "C" fn wool_cancel(queue: *const wool_queue, call: u64) -> woo
                 Some(tonic::Code::Cancelled),
                 "the call was cancelled by wool_cancel",
             );
-            state.push(wool_completion::new(
+            state.push(wool_completion_ex::of_call(
+                kind,
                 tag,
                 call,
                 Err(cancelled),
@@ -389,7 +504,8 @@ pub unsafe extern "C" fn wool_cancel(queue: *const wool_queue, call: u64) -> woo
 /// Collects up to `capacity` completions into `out` (oldest first) and writes how many to
 /// `*out_count`. Waits up to `timeout_seconds` for the first one: 0 = do not wait, positive =
 /// that long, INFINITY = until one arrives. Returns WOOL_STATUS_OK also when none arrived in
-/// time (`*out_count` = 0).
+/// time (`*out_count` = 0). A completion's kind and a sweep's result count are left out here:
+/// wool_queue_next_sized gives them.
 ///
 /// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `queue`, `out_count`, or `out` with a
 /// non-zero capacity, or a negative or NaN timeout.
@@ -406,24 +522,132 @@ pub unsafe extern "C" fn wool_queue_next(
     out_count: *mut usize,
 ) -> wool_status {
     ffi_panic_boundary!("wool_queue_next", {
-        // SAFETY (all): the caller's contract above.
-        let queue = unsafe { try_ref(queue, "queue") }?;
-        let out_count = unsafe { try_mut(out_count, "out_count") }?;
-        if capacity > 0 && out.is_null() {
-            return Err(Error::invalid_argument("out is NULL"));
-        }
-        if timeout_seconds.is_nan() || timeout_seconds < 0.0 {
-            return Err(Error::invalid_argument(format!(
-                "timeout must be 0, positive seconds or infinity, got {timeout_seconds}"
-            )));
-        }
-        let out = if capacity == 0 {
-            &mut [][..]
-        } else {
-            unsafe { std::slice::from_raw_parts_mut(out, capacity) }
+        let write = |index: usize, completion: &wool_completion_ex| {
+            // SAFETY: `index < capacity`, and `out` has `capacity` writable completions (the
+            // caller's contract).
+            unsafe { out.add(index).write(completion.completion) }
         };
-        let mut state = queue.inner.wait_ready(timeout_seconds);
-        *out_count = state.pop(out);
-        Ok(())
+        // SAFETY: the caller's contract above.
+        unsafe {
+            collect(
+                queue,
+                out.is_null(),
+                capacity,
+                timeout_seconds,
+                out_count,
+                write,
+            )
+        }
     })
 }
+
+/// As wool_queue_next, writing each completion as a `wool_completion_ex` of
+/// `completion_size` bytes: the host passes `sizeof(wool_completion_ex)` as it was compiled,
+/// and `out` holds `capacity` elements that many bytes apart. Each element gets the first
+/// `min(completion_size, sizeof(wool_completion_ex))` bytes of the library's completion; bytes
+/// beyond the library's (a host compiled against a later header) are zeroed. So a host built
+/// against an older header reads the fields it knows, and a newer one reads zeros in the
+/// fields this library does not have. `completion_size == sizeof(wool_completion)` gives
+/// exactly what wool_queue_next gives. The elements need no particular alignment.
+///
+/// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `queue`, `out_count`, or `out` with a
+/// non-zero capacity, a `completion_size` below `sizeof(wool_completion)` (288), a
+/// `capacity * completion_size` that overflows, or a negative or NaN timeout; nothing is
+/// collected then.
+///
+/// # Safety
+/// `queue` must be NULL or live; `out` NULL or `capacity * completion_size` writable bytes;
+/// `out_count` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn wool_queue_next_sized(
+    queue: *const wool_queue,
+    out: *mut c_void,
+    capacity: usize,
+    completion_size: usize,
+    timeout_seconds: f64,
+    out_count: *mut usize,
+) -> wool_status {
+    ffi_panic_boundary!("wool_queue_next_sized", {
+        const OURS: usize = std::mem::size_of::<wool_completion_ex>();
+        if completion_size < std::mem::size_of::<wool_completion>() {
+            return Err(Error::invalid_argument(format!(
+                "completion_size must be at least sizeof(wool_completion) ({}), got \
+                 {completion_size}",
+                std::mem::size_of::<wool_completion>()
+            )));
+        }
+        if capacity.checked_mul(completion_size).is_none() {
+            return Err(Error::invalid_argument(format!(
+                "capacity ({capacity}) * completion_size ({completion_size}) overflows"
+            )));
+        }
+        let out = out.cast::<u8>();
+        let copied = completion_size.min(OURS);
+        let write = |index: usize, completion: &wool_completion_ex| {
+            // SAFETY: `index < capacity`; element `index` is `completion_size` writable bytes at
+            // `index * completion_size` (no overflow: checked above); `completion` is a
+            // `wool_completion_ex`, which has no padding, so its first `copied <= OURS` bytes
+            // are initialized. Byte copies need no alignment.
+            unsafe {
+                let element = out.add(index * completion_size);
+                std::ptr::copy_nonoverlapping(
+                    (completion as *const wool_completion_ex).cast::<u8>(),
+                    element,
+                    copied,
+                );
+                std::ptr::write_bytes(element.add(copied), 0, completion_size - copied);
+            }
+        };
+        // SAFETY: the caller's contract above.
+        unsafe {
+            collect(
+                queue,
+                out.is_null(),
+                capacity,
+                timeout_seconds,
+                out_count,
+                write,
+            )
+        }
+    })
+}
+
+/// The body of wool_queue_next and wool_queue_next_sized: checks the arguments, waits as
+/// `timeout_seconds` says, and hands up to `capacity` completions to `write` with their index.
+///
+/// # Safety
+/// `queue` must be NULL or live; `out_count` NULL or writable; `write` must be sound for every
+/// index below `capacity` (`out_null` says whether the host's array is NULL).
+unsafe fn collect(
+    queue: *const wool_queue,
+    out_null: bool,
+    capacity: usize,
+    timeout_seconds: f64,
+    out_count: *mut usize,
+    write: impl FnMut(usize, &wool_completion_ex),
+) -> Result<(), Error> {
+    // SAFETY (both): the caller's contract above.
+    let queue = unsafe { try_ref(queue, "queue") }?;
+    let out_count = unsafe { try_mut(out_count, "out_count") }?;
+    if capacity > 0 && out_null {
+        return Err(Error::invalid_argument("out is NULL"));
+    }
+    if timeout_seconds.is_nan() || timeout_seconds < 0.0 {
+        return Err(Error::invalid_argument(format!(
+            "timeout must be 0, positive seconds or infinity, got {timeout_seconds}"
+        )));
+    }
+    let mut state = queue.inner.wait_ready(timeout_seconds);
+    *out_count = state.pop(capacity, write);
+    Ok(())
+}
+
+/// The layout the header promises: `wool_completion` is 0.4's, 288 bytes, and
+/// `wool_completion_ex` starts with it and has no padding (wool_queue_next_sized copies its
+/// bytes).
+const _: () = {
+    assert!(std::mem::size_of::<wool_completion>() == 288);
+    assert!(std::mem::size_of::<wool_completion_ex>() == 288 + 16);
+    assert!(std::mem::offset_of!(wool_completion_ex, kind) == 288);
+    assert!(std::mem::offset_of!(wool_completion_ex, count) == 296);
+};

@@ -903,6 +903,117 @@ static int case_idle_many(int argc, char **argv) {
 }
 
 /*
+ * sweep-start WORKER SILENT: wool_idle_many_start. A sweep completes once into the queue
+ * (collected as wool_completion_ex: kind SWEEP, count) with one result per handle; a sweep
+ * cancelled, and one whose queue is freed, never write their results afterwards (each array is
+ * freed at once, so that valgrind sees any later write); handles freed under a sweep are kept
+ * by it; wool_queue_next_sized takes the 0.4 size too.
+ */
+static int case_sweep_start(int argc, char **argv) {
+    CHECK(argc == 2);
+    wool_connection *conn = connect_plaintext(argv[0]);
+    wool_connection *silent = connect_plaintext(argv[1]);
+    wool_queue *queue = NULL;
+    CHECK_STATUS(wool_queue_new(&queue), WOOL_STATUS_OK);
+    wool_completion_ex done[4];
+    size_t count = 0;
+    /* a sweep that completes: three polls of the worker and a NULL handle */
+    const wool_connection *fleet[4] = {conn, conn, NULL, conn};
+    wool_poll_result *results = malloc(4 * sizeof *results);
+    CHECK(results != NULL);
+    uint64_t call = 0;
+    CHECK_STATUS(wool_idle_many_start(fleet, 4, 60.0, 2, queue, 11, results, &call),
+                 WOOL_STATUS_OK);
+    double started = now();
+    size_t got = 0;
+    while (got == 0 && now() - started < 60.0) {
+        CHECK_STATUS(wool_queue_next_sized(queue, done, 4, sizeof done[0], 1.0, &got),
+                     WOOL_STATUS_OK);
+    }
+    CHECK(got == 1 && done[0].completion.tag == 11 && done[0].completion.call == call);
+    CHECK(done[0].completion.status == WOOL_STATUS_OK);
+    CHECK(done[0].kind == WOOL_COMPLETION_KIND_SWEEP && done[0].count == 4);
+    for (int i = 0; i < 4; i++) {
+        if (i == 2) {
+            CHECK(results[i].status == WOOL_STATUS_INVALID_ARGUMENT && isnan(results[i].seconds));
+            CHECK(strstr(results[i].message, "NULL") != NULL);
+        } else {
+            CHECK(results[i].status == WOOL_STATUS_OK && results[i].seconds >= 0.0);
+            CHECK(results[i].rpc_code == -1 && results[i].message[0] == 0);
+        }
+    }
+    free(results);
+    /* cancelled mid-sweep (the silent peer never answers), then right after a start: one
+     * CANCELLED completion each, and the array freed as soon as wool_cancel returns */
+    const wool_connection *mixed[2] = {silent, conn};
+    for (int round = 0; round < 2; round++) {
+        results = malloc(2 * sizeof *results);
+        CHECK(results != NULL);
+        CHECK_STATUS(wool_idle_many_start(mixed, 2, 60.0, 2, queue, 20 + round, results, &call),
+                     WOOL_STATUS_OK);
+        if (round == 0) sleep_seconds(0.3);
+        CHECK_STATUS(wool_cancel(queue, call), WOOL_STATUS_OK);
+        free(results);
+        CHECK_STATUS(wool_queue_next_sized(queue, done, 4, sizeof done[0], 0.0, &count),
+                     WOOL_STATUS_OK);
+        CHECK(count == 1 && done[0].completion.tag == (uint64_t)(20 + round));
+        CHECK(done[0].completion.status == WOOL_STATUS_CANCELLED);
+        CHECK(done[0].kind == WOOL_COMPLETION_KIND_SWEEP && done[0].count == 0);
+    }
+    /* handles freed under a sweep: it keeps what it needs */
+    wool_connection *own = connect_plaintext(argv[0]);
+    const wool_connection *owned[3] = {own, own, own};
+    results = malloc(3 * sizeof *results);
+    CHECK(results != NULL);
+    CHECK_STATUS(wool_idle_many_start(owned, 3, 60.0, 3, queue, 30, results, &call),
+                 WOOL_STATUS_OK);
+    wool_free(own);
+    /* the 0.4 size: a prefix of wool_completion_ex */
+    wool_completion old[4];
+    started = now();
+    got = 0;
+    while (got == 0 && now() - started < 60.0) {
+        CHECK_STATUS(wool_queue_next_sized(queue, old, 4, sizeof old[0], 1.0, &got),
+                     WOOL_STATUS_OK);
+    }
+    CHECK(got == 1 && old[0].tag == 30 && old[0].status == WOOL_STATUS_OK);
+    for (int i = 0; i < 3; i++) CHECK(results[i].status == WOOL_STATUS_OK);
+    free(results);
+    EXPECT_INVALID(wool_queue_next_sized(queue, old, 4, sizeof old[0] - 1, 0.0, &count),
+                   "completion_size");
+    wool_poll_result spare[4];
+    EXPECT_INVALID(wool_idle_many_start(fleet, 4, 1.0, 0, queue, 1, spare, &call), "max_in_flight");
+    EXPECT_INVALID(wool_idle_many_start(fleet, 4, 1.0, 2, queue, 1, NULL, &call), "NULL");
+    EXPECT_INVALID(wool_idle_many_start(fleet, 4, 1.0, 2, NULL, 1, spare, &call), "queue is NULL");
+    /* a queue freed with sweeps in flight (one of the worker, which would soon finish): the
+     * arrays are freed right after it */
+    wool_queue *doomed = NULL;
+    CHECK_STATUS(wool_queue_new(&doomed), WOOL_STATUS_OK);
+    wool_poll_result *lost[2];
+    for (int i = 0; i < 2; i++) {
+        lost[i] = malloc(2 * sizeof *lost[i]);
+        CHECK(lost[i] != NULL);
+    }
+    const wool_connection *live[2] = {conn, conn};
+    CHECK_STATUS(wool_idle_many_start(live, 2, 60.0, 2, doomed, 1, lost[0], &call),
+                 WOOL_STATUS_OK);
+    CHECK_STATUS(wool_idle_many_start(mixed, 2, 60.0, 2, doomed, 2, lost[1], &call),
+                 WOOL_STATUS_OK);
+    wool_queue_free(doomed);
+    free(lost[0]);
+    free(lost[1]);
+    CHECK_STATUS(wool_queue_next(queue, old, 4, 0.5, &count), WOOL_STATUS_OK);
+    CHECK(count == 0);
+    printf("sweep-start: one completion per sweep with its results; cancelled and freed sweeps "
+           "never wrote theirs\n");
+    wool_queue_free(queue);
+    wool_free(conn);
+    wool_free(silent);
+    sleep_seconds(0.3); /* let the runtime drop the aborted calls before the leak check */
+    return 0;
+}
+
+/*
  * version CARGO_VERSION: the header's version macros agree with each other, with
  * wool_version() (the library this program runs against) and with Cargo.toml's version.
  */
@@ -1353,6 +1464,7 @@ static const struct named_case cases[] = {
     {"queue-cancel", case_queue_cancel},
     {"queue-free", case_queue_free},
     {"idle-many", case_idle_many},
+    {"sweep-start", case_sweep_start},
     {"one-way", case_one_way},
     {"stop-grace", case_stop_grace},
     {"discover", case_discover},

@@ -680,6 +680,19 @@ fn one_call_polls_a_fleet_with_one_deadline() {
     server.abort();
 }
 
+/// Given a live worker and a silent peer, when C starts sweeps with wool_idle_many_start, then
+/// each completes once into the queue (kind SWEEP, its count) with one result per handle; a
+/// sweep cancelled mid-way or at once, and sweeps of a freed queue, never write their results
+/// after wool_cancel / wool_queue_free returned (the host frees each array at once: under
+/// valgrind a later write would fail the run); handles freed under a sweep are kept by it.
+#[test]
+fn c_starts_sweeps_and_frees_their_results_after_a_cancel() {
+    let worker = WorkerProcess::plaintext();
+    let (_silent, silent) = silent_peer();
+    let out = run_case("sweep-start", &[&worker.address, &silent]);
+    assert!(out.contains("one completion per sweep"), "{out}");
+}
+
 /// Given a real Wool pool of 3 under a namespace, when C lists it with wool_discover, then it
 /// gets the 3 workers with every field filled, reaches each through wool_connect_worker, and
 /// bad inputs are refused with messages.
