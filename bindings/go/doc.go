@@ -102,8 +102,9 @@
 // so the worker sees the cancellation) before Idle or Stop returns: nothing outlives the Go
 // call. A worker that sees many streams reset at once may take it as abuse and close the
 // connection (h2's "too_many_resets"): calls then in flight fail with ErrTransient, and the
-// next call dials anew. IdleMany polls many Connections from one goroutine, a bounded number
-// at a time.
+// next call dials anew. IdleMany polls many Connections as one sweep of the library
+// (wool_idle_many_start: a bounded number at a time, one deadline), waiting like Idle for the
+// sweep's one completion.
 //
 // # Fleets
 //
@@ -112,7 +113,7 @@
 // and leaving, ConnectWorker reaches one (over TLS when it advertises it), IdleMany polls
 // many at once, and RetireIdle runs one retire round by a RetirePolicy (NewRetirePolicy gives
 // the library's defaults). Every decision is the library's (wool_discover, wool_watch_*,
-// wool_connect_worker, wool_retire_idle); the package only converts.
+// wool_connect_worker, wool_idle_many_start, wool_retire_idle); the package only converts.
 //
 //	workers, err := wool.Discover("batch", wool.LocalDiscovery, 0)
 //	conns := make([]*wool.Connection, len(workers))

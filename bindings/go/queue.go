@@ -39,7 +39,6 @@ const batchSize = 256
 
 // outcome is one collected completion, in Go terms.
 type outcome struct {
-	index   int     // the waiter's index (IdleMany's position; 0 for a single call)
 	status  Status  // the call's status
 	code    int     // the gRPC code of a failure, codeNone when none
 	seconds float64 // an idle call's reading on StatusOK
@@ -48,8 +47,7 @@ type outcome struct {
 
 // waiter is where a started call's completion goes.
 type waiter struct {
-	done  chan<- outcome // buffered: always has room for this completion
-	index int
+	done chan<- outcome // buffered: always has room for this completion
 }
 
 // completions is the process-wide queue and its waiters.
@@ -125,9 +123,7 @@ func dispatch(queue *C.wool_queue) {
 		for i, tag := range tags {
 			if w, ok := completions.waiters[tag]; ok {
 				delete(completions.waiters, tag)
-				o := outcomes[i]
-				o.index = w.index
-				w.done <- o // never blocks: the channel has room for it
+				w.done <- outcomes[i] // never blocks: the channel has room for it
 			}
 		}
 		completions.mu.Unlock()
@@ -145,7 +141,6 @@ func failWaiting(o outcome) {
 	defer completions.mu.Unlock()
 	for tag, w := range completions.waiters {
 		delete(completions.waiters, tag)
-		o.index = w.index
 		w.done <- o
 	}
 }

@@ -367,6 +367,11 @@ func TestIdleManyPollsAFleet(t *testing.T) {
 		t.Errorf("slot 1 (silent): want context.DeadlineExceeded, got %v", err)
 	} else {
 		requireKind(t, err, wool.ErrTransient)
+		// The library's message for this worker, not one made up by the binding.
+		var slot *wool.Error
+		if !errors.As(err, &slot) || !strings.HasPrefix(slot.Message, "wool_idle: ") {
+			t.Errorf("slot 1 (silent): want the library's message for the worker, got %v", err)
+		}
 	}
 	if err := results[3].Err; !errors.Is(err, wool.ErrClosed) {
 		t.Errorf("slot 3 (closed): want ErrClosed, got %v", err)
