@@ -63,6 +63,36 @@ class wool_completion(ctypes.Structure):
     ]
 
 
+class wool_completion_ex(ctypes.Structure):
+    """`wool_completion_ex`: a completion as wool_queue_next_sized gives it (the
+    `wool_completion` first, then its kind and a sweep's result count)."""
+
+    _fields_ = [
+        ("completion", wool_completion),
+        ("kind", ctypes.c_uint32),  # COMPLETION_KIND_*
+        ("reserved", ctypes.c_uint32),
+        ("count", ctypes.c_uint64),
+    ]
+
+
+# WOOL_COMPLETION_KIND_*: wool_completion_ex.kind.
+COMPLETION_KIND_IDLE = 1
+COMPLETION_KIND_STOP = 2
+COMPLETION_KIND_SWEEP = 3
+
+
+class wool_poll_result(ctypes.Structure):
+    """`wool_poll_result`: one worker's outcome in a sweep started with
+    wool_idle_many_start."""
+
+    _fields_ = [
+        ("status", ctypes.c_int),  # wool_status
+        ("rpc_code", ctypes.c_int32),
+        ("seconds", ctypes.c_double),
+        ("message", ctypes.c_char * COMPLETION_MESSAGE_BYTES),
+    ]
+
+
 class wool_worker_list(ctypes.Structure):
     """Opaque `wool_worker_list` (a listing from wool_discover); only pointers to it exist."""
 
@@ -238,8 +268,8 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
         _wool_status,
         [ctypes.c_char_p, CredentialsPtr, ChannelOptionsPtr, ctypes.POINTER(ConnectionPtr)],
     ),
-    # Many calls at once: the completion queue is what libwool.aio runs on; wool_idle_many
-    # only checks aio.idle_many's arguments (the sweep itself runs on the queue, cancellable).
+    # Many calls at once: wool_idle_many_start is the sweep of fleet.sweep and aio.idle_many
+    # (on a completion queue, cancellable); wool_idle_many checks an empty sweep's timeout.
     "wool_idle_many": (
         _wool_status,
         [
@@ -323,6 +353,24 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
         _wool_status,
         [QueuePtr, ctypes.POINTER(wool_completion), ctypes.c_size_t, ctypes.c_double,
          ctypes.POINTER(ctypes.c_size_t)],
+    ),
+    "wool_queue_next_sized": (
+        _wool_status,
+        [QueuePtr, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_double,
+         ctypes.POINTER(ctypes.c_size_t)],
+    ),
+    "wool_idle_many_start": (
+        _wool_status,
+        [
+            ctypes.POINTER(ConnectionPtr),  # conns
+            ctypes.c_size_t,  # count
+            ctypes.c_double,  # timeout_seconds
+            ctypes.c_size_t,  # max_in_flight
+            QueuePtr,  # queue
+            ctypes.c_uint64,  # tag
+            ctypes.POINTER(wool_poll_result),  # out_results
+            ctypes.POINTER(ctypes.c_uint64),  # out_call
+        ],
     ),
 }
 

@@ -8,7 +8,7 @@
             if await worker.idle(timeout=5.0) >= 300.0:   # seconds continuously idle
                 await worker.stop(grace=30.0)             # retire it
 
-        # a fleet: one deadline, at most 100 polls in flight, one result or exception each
+        # a fleet: one sweep, one deadline, at most 100 polls in flight, a result or exception each
         workers = [aio.WorkerConnection(a) for a in addresses]
         for address, result in zip(addresses, await aio.idle_many(workers, timeout=5.0)):
             ...
@@ -30,6 +30,9 @@ How it works
     resolves the callers' futures by tag. No Python thread is used per call: thousands of
     calls may be in flight from one loop, sharing the connection's pooled HTTP/2 channel (at
     most ``max_concurrent_streams`` streams open at once; the others wait their turn).
+    `idle_many` is one call of the library, ``wool_idle_many_start``: the whole sweep runs in
+    libwool and completes once into the loop's queue, its results in an array the queue keeps
+    until that completion is collected (or the sweep cancelled, or the queue freed).
 
 Cancellation
     Cancelling a task awaiting `WorkerConnection.idle` or `WorkerConnection.stop`
@@ -73,6 +76,7 @@ from typing import Union
 from . import _ffi
 from . import WorkerConnection as _BlockingConnection
 from . import WorkerCredentials, _c_seconds, _check, _error
+from . import fleet as _fleet
 from ._ffi import Library
 
 __all__ = ["WorkerConnection", "idle_many"]
@@ -108,6 +112,10 @@ class _LoopQueue:
         self.fd = int(library.wool_queue_fd(handle))
         self._loop = weakref.ref(loop)  # the loop's registry entry must not keep it alive
         self._pending: dict[int, asyncio.Future] = {}
+        # The results arrays of sweeps in flight, by tag: libwool writes one when its sweep
+        # completes, so it is kept until that completion is collected, or wool_cancel /
+        # wool_queue_free has returned (after which libwool never writes it).
+        self._sweeps: dict[int, ctypes.Array] = {}
         self._tags = itertools.count(1)
         self._buffer = (_ffi.wool_completion * _BATCH)()
         self._bytes = memoryview(self._buffer).cast("B")
@@ -156,6 +164,18 @@ class _LoopQueue:
         self._pending[tag] = future
         return future, tag, self._call.value
 
+    def start_sweep(self, loop, conns: list[_BlockingConnection], seconds: float, most: int):
+        """Start one sweep of `conns` (``wool_idle_many_start``, all of this queue's library)
+        on this queue: returns (future, tag, call id, results array, the ValueError of each
+        closed connection); raises as libwool refuses the arguments."""
+        tag = next(self._tags)
+        _, results, closed = _fleet._start_sweep(conns, seconds, most, self.handle, tag,
+                                                 self._call)
+        future = loop.create_future()
+        self._pending[tag] = future
+        self._sweeps[tag] = results
+        return future, tag, self._call.value, results, closed
+
     def cancel(self, tag: int, call: int) -> None:
         """Cancel a call whose awaiting coroutine is gone (cancelled, closed): the library
         resets its stream and queues a WOOL_STATUS_CANCELLED completion before
@@ -164,8 +184,10 @@ class _LoopQueue:
         with self._lock:
             if self.handle is None:  # freed with its loop, or forgotten after a fork
                 self._pending.pop(tag, None)
+                self._sweeps.pop(tag, None)
                 return
             self.library.wool_cancel(self.handle, call)
+        self._sweeps.pop(tag, None)  # a cancelled sweep never writes its results
         loop = self._loop()
         if loop is not None and _running_loop() is loop:
             self._drain()
@@ -185,6 +207,7 @@ class _LoopQueue:
         data = self._bytes
         count = self._count
         pending = self._pending
+        sweeps = self._sweeps
         unpack = _COMPLETION_HEAD.unpack_from
         while True:
             status = library.wool_queue_next(handle, buffer, _BATCH, 0.0, self._count_ref)
@@ -200,6 +223,8 @@ class _LoopQueue:
             for offset in range(0, n * _COMPLETION_SIZE, _COMPLETION_SIZE):
                 tag, _, status, code, seconds = unpack(data, offset)
                 future = pending.pop(tag, None)
+                if sweeps:
+                    sweeps.pop(tag, None)  # collected: its results were written, or never will be
                 if status == _CANCELLED:
                     self.cancelled += 1
                 if future is None or future.done():  # its awaiter was cancelled
@@ -231,12 +256,14 @@ class _LoopQueue:
             loop.remove_reader(self.fd)
         self._pending.clear()
         self.library.wool_queue_free(handle)
+        self._sweeps.clear()
 
     def forget(self) -> None:
         """In a forked child: drop the parent's queue without touching it."""
         self._lock = threading.Lock()
         self.handle = None
         self._pending.clear()
+        self._sweeps.clear()
         if self._finalizer is not None:
             self._finalizer.detach()
 
@@ -455,20 +482,22 @@ async def idle_many(
     max_in_flight: int = 100,
 ) -> list[Union[float, Exception]]:
     """Poll many workers' idle time at once: at most `max_in_flight` polls in flight, all
-    within one deadline of `timeout` seconds, like ``wool_idle_many`` but without blocking
-    the loop. Never raises for a worker: returns, in `connections` order, each worker's idle
+    within one deadline of `timeout` seconds, as ``wool_idle_many`` but without blocking the
+    loop: one sweep of libwool (``wool_idle_many_start``) whose one completion the loop's queue
+    delivers. Never raises for a worker: returns, in `connections` order, each worker's idle
     seconds (a float) or the exception its `WorkerConnection.idle` would have raised
-    (`TransientRpcError` for an unreachable worker, `IdleUnavailable`, ..., `ValueError` for a
-    closed connection). A poll not started before the deadline is a `TransientRpcError`
-    with code 4 DEADLINE_EXCEEDED. The same connection may appear several times; blocking
-    `libwool.WorkerConnection` objects are accepted too.
+    (`TransientRpcError` for an unreachable worker, `IdleUnavailable`, ..., with libwool's
+    message for that worker; `ValueError` for a closed connection). A poll not started before
+    the deadline is a `TransientRpcError` with code 4 DEADLINE_EXCEEDED. The same connection
+    may appear several times; blocking `libwool.WorkerConnection` objects are accepted too.
 
-    Cancelling the awaiting task cancels every poll in flight (their streams are reset) and
-    starts no more.
+    Cancelling the awaiting task cancels the sweep (``wool_cancel``): every poll in flight is
+    cancelled (their streams are reset) and no more start.
 
     :param timeout: the whole sweep's deadline in seconds, positive; None = none.
     :param max_in_flight: the most polls in flight at once, at least 1.
-    :raises ValueError: a bad timeout (libwool's message) or `max_in_flight` below 1.
+    :raises ValueError: a bad timeout (libwool's message), `max_in_flight` below 1, or
+        connections of different loaded libraries.
     :raises TypeError: an element that is not a connection, or a wrong argument type.
     """
     conns = [_blocking_of(c) for c in connections]
@@ -478,70 +507,18 @@ async def idle_many(
     if max_in_flight < 1:
         raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
     seconds = _c_seconds(timeout, "timeout", none_means=math.inf)
-    libraries = {id(c._library): c._library for c in conns} or {0: _ffi.default()}
-    for library in libraries.values():
+    library = _fleet._library_of(conns)
+    if not conns:
         # The library's own check of the timeout (an empty sweep runs nothing).
         _check(library, library.wool_idle_many(None, 0, seconds, 1, None, None, None))
-    if not conns:
         return []
-
     loop = asyncio.get_running_loop()
-    end = loop.time() + seconds  # inf stays inf
-    results: list = [None] * len(conns)
-    in_flight: dict[int, tuple[_LoopQueue, int, int]] = {}  # index -> (queue, tag, call)
-    all_done = loop.create_future()
-    state = {"next": 0, "left": len(conns), "stopping": False}
-
-    def finish(index: int, result) -> None:
-        results[index] = result
-        state["left"] -= 1
-        if state["left"] == 0 and not all_done.done():
-            all_done.set_result(None)
-
-    def fill() -> None:
-        while state["next"] < len(conns) and len(in_flight) < max_in_flight:
-            index = state["next"]
-            state["next"] += 1
-            conn = conns[index]
-            left = end - loop.time()
-            if left <= 0.0:
-                finish(index, _error(
-                    conn._library, _ffi.TRANSIENT,
-                    f"idle_many: deadline exceeded: the sweep's {seconds:.3f} s passed "
-                    f"before this poll started", 4,
-                ))
-                continue
-            try:
-                queue = _queue_for(loop, conn._library)
-                future, tag, call = queue.start(
-                    loop, conn, conn._library.wool_idle_start, (left,)
-                )
-            except Exception as e:  # a closed connection: ValueError in its slot
-                finish(index, e)
-                continue
-            in_flight[index] = (queue, tag, call)
-            future.add_done_callback(lambda f, index=index: done(index, f))
-
-    def done(index: int, future: asyncio.Future) -> None:
-        in_flight.pop(index, None)
-        if state["stopping"]:
-            return
-        if future.cancelled():
-            finish(index, _error(conns[index]._library, _CANCELLED,
-                                 "idle_many: the poll was cancelled", 1))
-        else:
-            error = future.exception()
-            finish(index, error if error is not None else future.result())
-        fill()
-
-    fill()
+    queue = _queue_for(loop, library)
+    future, tag, call, results, closed = queue.start_sweep(loop, conns, seconds,
+                                                           max_in_flight)
     try:
-        await all_done
+        await future
     finally:
-        if not all_done.done() or all_done.cancelled():
-            state["stopping"] = True
-            for queue, tag, call in list(in_flight.values()):
-                if tag in queue._pending:
-                    queue.cancel(tag, call)
-            in_flight.clear()
-    return results
+        if tag in queue._pending:  # not completed: cancelled, or the coroutine closed
+            queue.cancel(tag, call)
+    return _fleet._sweep_results(library, results, len(conns), closed)

@@ -14,7 +14,7 @@
             print(event.type, event.worker.address)
 
 Thin wrappers of the C API's fleet calls (``wool_discover``, ``wool_discover_dns``, ``wool_watch_*``,
-``wool_connect_worker``, ``wool_idle_many``, ``wool_retire_idle``): every decision is
+``wool_connect_worker``, ``wool_idle_many_start``, ``wool_retire_idle``): every decision is
 libwool's, this module only converts arguments and results. Failures are the classes of
 `libwool` (a bad argument is `ValueError`, a worker's failure `TransientRpcError` and the
 others). The calls block their thread (not others: ctypes releases the GIL).
@@ -458,14 +458,19 @@ def _count(value: int, name: str) -> int:
     return value
 
 
-@contextlib.contextmanager
-def _handles(conns: list[WorkerConnection]):
-    """The live handles of `conns` for one blocking call (each kept from being freed until it
-    returns), their library, and the ValueError of each closed one (its handle None)."""
+def _library_of(conns: list[WorkerConnection]) -> Library:
+    """The one library of `conns` (the default one for none)."""
     libraries = {id(c._library): c._library for c in conns}
     if len(libraries) > 1:
         raise ValueError("connections made with different libwool libraries cannot be mixed")
-    library = next(iter(libraries.values()), None) or _ffi.default()
+    return next(iter(libraries.values()), None) or _ffi.default()
+
+
+@contextlib.contextmanager
+def _handles(conns: list[WorkerConnection]):
+    """The live handles of `conns` for one call (each kept from being freed until the block
+    ends), their library, and the ValueError of each closed one (its handle None)."""
+    library = _library_of(conns)
     array = (_ffi.ConnectionPtr * max(len(conns), 1))()
     closed: dict[int, Exception] = {}
     with contextlib.ExitStack() as stack:
@@ -481,9 +486,46 @@ def _slot_error(library: Library, status: int, code: int, call: str,
                 message: bytes = b"") -> Exception | None:
     if status == _ffi.OK:
         return None
-    text = message.decode("utf-8", "replace") or (
-        f"{call}: the worker's call failed (wool_idle_many gives no message per worker)")
+    text = message.decode("utf-8", "replace") or f"{call}: the worker's call failed"
     return _error(library, status, text, code)
+
+
+def _start_sweep(conns: list[WorkerConnection], seconds: float, most: int, queue, tag: int,
+                 call) -> tuple[Library, ctypes.Array, dict[int, Exception]]:
+    """Starts one sweep of `conns` (``wool_idle_many_start``) on `queue` (a ``wool_queue`` of
+    their library), tagged `tag`, its id written to `call` (a ``c_uint64``). Returns the
+    library, the results array (the library writes it when the sweep completes: keep it alive
+    until the completion is collected, or ``wool_cancel`` / ``wool_queue_free`` has returned)
+    and the ValueError of each closed connection. The handles are held only while it starts:
+    the sweep keeps what it needs. Raises as the library refuses the arguments."""
+    count = len(conns)
+    results = (_ffi.wool_poll_result * max(count, 1))()
+    with _handles(conns) as (library, array, closed):
+        _check(library, library.wool_idle_many_start(array, count, seconds, most, queue, tag,
+                                                     results, ctypes.byref(call)))
+    return library, results, closed
+
+
+def _sweep_results(library: Library, results, count: int,
+                   closed: dict[int, Exception]) -> list[Union[float, Exception]]:
+    """A completed sweep's results: the idle seconds, or the exception `WorkerConnection.idle`
+    would have raised, with the library's message for that worker."""
+    out: list = []
+    for i in range(count):
+        result = results[i]
+        if i in closed:
+            out.append(closed[i])
+        elif result.status == _ffi.OK:
+            out.append(result.seconds)
+        else:
+            out.append(_slot_error(library, result.status, result.rpc_code, "wool_idle",
+                                   result.message))
+    return out
+
+
+#: How long `sweep` waits in the library at a time for its completion: between two waits the
+#: interpreter handles signals (a KeyboardInterrupt ends the sweep: its queue is freed).
+_SWEEP_WAIT = 0.5
 
 
 def sweep(connections: Iterable[WorkerConnection], timeout: float | None = 5.0,
@@ -492,11 +534,15 @@ def sweep(connections: Iterable[WorkerConnection], timeout: float | None = 5.0,
     polls in flight, all within one deadline of `timeout` seconds. Blocks the thread until
     every poll has finished. Never raises for a worker: returns, in `connections` order, each
     worker's idle seconds (a float) or the exception its `WorkerConnection.idle` would have
-    raised (`TransientRpcError`, `IdleUnavailable`, ...; the status and gRPC code are
-    libwool's, the message generic: libwool gives none per worker; `ValueError` for a closed
-    connection). A poll not started before the deadline is a `TransientRpcError` with code 4
-    DEADLINE_EXCEEDED. The same connection may appear several times; `libwool.aio`
-    connections are accepted too (`libwool.aio.idle_many` is the asyncio version).
+    raised (`TransientRpcError`, `IdleUnavailable`, ...; status, gRPC code and message are
+    libwool's for that worker; `ValueError` for a closed connection). A poll not started
+    before the deadline is a `TransientRpcError` with code 4 DEADLINE_EXCEEDED. The same
+    connection may appear several times; `libwool.aio` connections are accepted too
+    (`libwool.aio.idle_many` is the asyncio version).
+
+    The sweep is libwool's ``wool_idle_many_start`` on a queue of its own, waited for with
+    ``wool_queue_next``; an exception while waiting (KeyboardInterrupt) frees the queue, which
+    cancels the polls in flight.
 
     :param timeout: the whole sweep's deadline in seconds, positive; None = none.
     :param max_in_flight: the most polls in flight at once, at least 1.
@@ -507,22 +553,23 @@ def sweep(connections: Iterable[WorkerConnection], timeout: float | None = 5.0,
     conns = _connections(connections)
     seconds = _c_seconds(timeout, "timeout", none_means=math.inf)
     most = _count(max_in_flight, "max_in_flight")
-    count = len(conns)
-    out_seconds = (ctypes.c_double * max(count, 1))()
-    out_statuses = (ctypes.c_int * max(count, 1))()
-    out_codes = (ctypes.c_int32 * max(count, 1))()
-    with _handles(conns) as (library, array, closed):
-        _check(library, library.wool_idle_many(array, count, seconds, most, out_seconds,
-                                               out_statuses, out_codes))
-    results: list = []
-    for i in range(count):
-        if i in closed:
-            results.append(closed[i])
-        elif out_statuses[i] == _ffi.OK:
-            results.append(out_seconds[i])
-        else:
-            results.append(_slot_error(library, out_statuses[i], out_codes[i], "wool_idle"))
-    return results
+    library = _library_of(conns)
+    queue = _ffi.QueuePtr()
+    _check(library, library.wool_queue_new(ctypes.byref(queue)))
+    try:
+        call = ctypes.c_uint64()
+        library, results, closed = _start_sweep(conns, seconds, most, queue, 1, call)
+        completion = _ffi.wool_completion()
+        count = ctypes.c_size_t()
+        while not count.value:
+            _check(library, library.wool_queue_next(queue, ctypes.byref(completion), 1,
+                                                    _SWEEP_WAIT, ctypes.byref(count)))
+        if completion.status != _ffi.OK:  # the sweep as a whole failed: not expected
+            raise _error(library, completion.status,
+                         completion.message.decode("utf-8", "replace"), completion.rpc_code)
+        return _sweep_results(library, results, len(conns), closed)
+    finally:
+        library.wool_queue_free(queue)
 
 
 @dataclass(frozen=True)

@@ -344,6 +344,8 @@ def test_sweep_polls_a_fleet(spawn_worker, unused_address):
     assert isinstance(results[1], float) and results[1] > 0.0
     assert isinstance(results[4], float) and results[4] > 0.0
     assert type(results[2]) is libwool.TransientRpcError and results[2].code == 14
+    # the worker's own message, from libwool's result for it
+    assert results[2].details.startswith("wool_idle: ") and unused_address in results[2].details
     assert isinstance(results[3], ValueError) and "closed" in str(results[3])
     assert fleet.sweep([]) == []
 
