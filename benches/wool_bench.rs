@@ -64,8 +64,22 @@
 //! poller   ADDR HZ SECONDS                  idle polls at HZ (a fleet manager's poller); prints
 //!                                           `started`, polls until stdin closes (at most
 //!                                           SECONDS)                                -> PollerRun
+//! tls-certs DIR                             writes a throwaway PKI (rcgen) into DIR: ca.pem,
+//!                                           worker-cert.pem / worker-key.pem (SANs 127.0.0.1,
+//!                                           localhost) and client-cert.pem / client-key.pem
+//! first    ADDR N WARMUP                    N first polls, each on a NEW connection (a new
+//!                                           WorkerConnection whose pool key no earlier one
+//!                                           had, so a new TCP connection, TLS and HTTP/2
+//!                                           handshake), timed from WorkerConnection::new to
+//!                                           the answer, after WARMUP untimed ones -> Latency
 //! ```
 //! (`no-keepalive`: the connection's keepalive off, to compare with the default, on.)
+//!
+//! With `WOOL_BENCH_TLS=DIR` in the environment (a directory `tls-certs` wrote), every
+//! `WorkerConnection` this program makes (`seq-conn`, `burst`, `first`, ...) is mutual TLS:
+//! trusting `DIR/ca.pem`, presenting `DIR/client-cert.pem` and `DIR/client-key.pem`. The C
+//! driver (benches/c/idle_bench.c) and the grpc-go anchor (benches/grpc-go) read the same
+//! variable.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, Read, Write};
@@ -183,6 +197,16 @@ fn run(args: &[String]) -> Result<(), BoxError> {
             let seconds: f64 = arg(args, 3, "SECONDS")?;
             emit(&runtime("current")?.block_on(poller(&addr, hz, seconds))?)
         }
+        "tls-certs" => {
+            let dir: String = arg(args, 1, "DIR")?;
+            tls_certs(std::path::Path::new(&dir))
+        }
+        "first" => {
+            let addr: String = arg(args, 1, "ADDR")?;
+            let n: usize = arg(args, 2, "N")?;
+            let warmup: usize = arg(args, 3, "WARMUP")?;
+            emit(&runtime("current")?.block_on(first_polls(&addr, n, warmup))?)
+        }
         other => Err(format!("unknown subcommand {other}").into()),
     }
 }
@@ -241,7 +265,8 @@ fn connection(addr: &str, keepalive: bool) -> Result<WorkerConnection, BoxError>
     if !keepalive {
         options.keepalive_interval = None;
     }
-    Ok(WorkerConnection::with_options(addr, None, options)?)
+    let credentials = bench_credentials()?;
+    Ok(WorkerConnection::with_options(addr, credentials, options)?)
 }
 
 // ---------------------------------------------------------------- outputs
@@ -921,5 +946,105 @@ async fn poller(addr: &str, hz: f64, seconds: f64) -> Result<PollerRun, BoxError
         ok,
         failed,
         elapsed_s: start.elapsed().as_secs_f64(),
+    })
+}
+
+// ---------------------------------------------------------------- TLS
+
+/// The variable naming the directory of the client's mutual-TLS material (see the module docs).
+const TLS_DIR_VAR: &str = "WOOL_BENCH_TLS";
+
+/// Writes a throwaway PKI into `dir`: a CA, a worker certificate (server authentication, SANs
+/// `127.0.0.1` and `localhost`) and a client certificate (client authentication), each with
+/// its key, as PEM files (see the module docs for their names).
+fn tls_certs(dir: &std::path::Path) -> Result<(), BoxError> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
+        IsCa, KeyPair, KeyUsagePurpose,
+    };
+    std::fs::create_dir_all(dir)?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "wool-bench-ca");
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate()?)?;
+    std::fs::write(dir.join("ca.pem"), ca.pem())?;
+    for (stem, purpose) in [
+        ("worker", ExtendedKeyUsagePurpose::ServerAuth),
+        ("client", ExtendedKeyUsagePurpose::ClientAuth),
+    ] {
+        let mut params =
+            CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("wool-bench-{stem}"));
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.extended_key_usages = vec![purpose];
+        params.use_authority_key_identifier_extension = true;
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &ca)?;
+        std::fs::write(dir.join(format!("{stem}-cert.pem")), cert.pem())?;
+        std::fs::write(dir.join(format!("{stem}-key.pem")), key.serialize_pem())?;
+    }
+    Ok(())
+}
+
+/// The client's mutual-TLS credentials from the directory in `WOOL_BENCH_TLS`; `None`
+/// (plaintext) when the variable is unset or empty.
+fn bench_credentials() -> Result<Option<libwool::WorkerCredentials>, BoxError> {
+    let Some(dir) = std::env::var_os(TLS_DIR_VAR).filter(|d| !d.is_empty()) else {
+        return Ok(None);
+    };
+    let dir = std::path::PathBuf::from(dir);
+    Ok(Some(libwool::WorkerCredentials::from_files(
+        &dir.join("ca.pem"),
+        Some(&dir.join("client-key.pem")),
+        Some(&dir.join("client-cert.pem")),
+        true,
+        None,
+    )?))
+}
+
+/// `warmup` + `n` first polls, each on a new connection: connections to one target with equal
+/// credentials and options share one pooled channel, so each gets options no other has (its
+/// receive limit one byte below the previous one's: nothing a poll's answer comes near), hence
+/// a channel, a TCP connection and handshakes of its own. Timed: `WorkerConnection` made, its
+/// first `idle` answered (TCP connect, TLS handshake when `WOOL_BENCH_TLS` is set, HTTP/2
+/// preface and settings, the call). The connections are kept until the end, so that no
+/// closing overlaps a later sample.
+async fn first_polls(addr: &str, n: usize, warmup: usize) -> Result<Latency, BoxError> {
+    let credentials = bench_credentials()?;
+    let mut options = libwool::connection::ChannelOptions::default();
+    let mut kept = Vec::with_capacity(n + warmup);
+    let mut samples_ns = Vec::with_capacity(n);
+    let mut clock = Stopwatch::start();
+    for i in 0..warmup + n {
+        options.max_receive_message_bytes -= 1;
+        if i == warmup {
+            clock = Stopwatch::start();
+        }
+        let t = Instant::now();
+        let conn = WorkerConnection::with_options(addr, credentials.clone(), options.clone())?;
+        conn.idle(Some(Duration::from_secs(10))).await?;
+        if i >= warmup {
+            samples_ns.push(nanos(t.elapsed()));
+        }
+        kept.push(conn);
+    }
+    let (elapsed_s, cpu_s) = clock.read();
+    drop(kept);
+    Ok(Latency {
+        samples_ns,
+        elapsed_s,
+        cpu_s,
     })
 }

@@ -19,6 +19,9 @@
  * first_error); many as sweep (endpoints, concurrency, sweep_ns: cold then warm, failures per
  * sweep, first_error). benches/run.py computes the statistics. Not a test: nothing here
  * asserts on time.
+ * With WOOL_BENCH_TLS=DIR in the environment every handle is mutual TLS
+ * (wool_credentials_from_files: DIR/ca.pem, DIR/client-key.pem, DIR/client-cert.pem, the files
+ * `wool_bench tls-certs DIR` writes), as in the Rust driver; plaintext otherwise.
  * Build: cc -O2 -Iinclude benches/c/idle_bench.c -Ltarget/release -Wl,-rpath,... -lwool -lpthread
  */
 #define _GNU_SOURCE
@@ -42,9 +45,28 @@ static void die(const char *what, wool_status s) {
     exit(1);
 }
 
+/* wool_connect, with the credentials WOOL_BENCH_TLS names (made once) or none. */
+static wool_status bench_connect(const char *addr, wool_connection **out) {
+    static wool_credentials *creds;
+    static int loaded;
+    if (!loaded) {
+        const char *dir = getenv("WOOL_BENCH_TLS");
+        if (dir && *dir) {
+            char ca[4096], key[4096], cert[4096];
+            snprintf(ca, sizeof ca, "%s/ca.pem", dir);
+            snprintf(key, sizeof key, "%s/client-key.pem", dir);
+            snprintf(cert, sizeof cert, "%s/client-cert.pem", dir);
+            wool_status s = wool_credentials_from_files(ca, key, cert, true, NULL, &creds);
+            if (s != WOOL_STATUS_OK) die("wool_credentials_from_files", s);
+        }
+        loaded = 1;
+    }
+    return wool_connect(addr, creds, out);
+}
+
 static int seq(const char *addr, size_t n, size_t warmup, double timeout) {
     wool_connection *conn;
-    wool_status s = wool_connect(addr, NULL, &conn);
+    wool_status s = bench_connect(addr, &conn);
     if (s != WOOL_STATUS_OK) die("wool_connect", s);
     double idle;
     for (size_t i = 0; i < warmup; i++)
@@ -109,7 +131,7 @@ static void *burst_thread(void *p) {
 
 static int burst(const char *addr, const char *levels, double seconds) {
     wool_connection *conn;
-    wool_status s = wool_connect(addr, NULL, &conn);
+    wool_status s = bench_connect(addr, &conn);
     if (s != WOOL_STATUS_OK) die("wool_connect", s);
     double idle;
     if ((s = wool_idle(conn, 10.0, &idle)) != WOOL_STATUS_OK) die("wool_idle", s);
@@ -165,7 +187,7 @@ static int handles(const char *addr, size_t n) {
     wool_connection **conns = calloc(n, sizeof *conns);
     size_t failed = 0;
     for (size_t i = 0; i < n; i++) {
-        wool_status s = wool_connect(addr, NULL, &conns[i]);
+        wool_status s = bench_connect(addr, &conns[i]);
         if (s != WOOL_STATUS_OK) die("wool_connect", s);
         double idle;
         if (wool_idle(conns[i], 10.0, &idle) != WOOL_STATUS_OK) failed++;
@@ -185,7 +207,7 @@ static int handles(const char *addr, size_t n) {
  * collected is replaced by a new start at once. */
 static int queue(const char *addr, const char *levels, double seconds) {
     wool_connection *conn;
-    wool_status s = wool_connect(addr, NULL, &conn);
+    wool_status s = bench_connect(addr, &conn);
     if (s != WOOL_STATUS_OK) die("wool_connect", s);
     double idle;
     if ((s = wool_idle(conn, 10.0, &idle)) != WOOL_STATUS_OK) die("wool_idle", s);
@@ -243,7 +265,7 @@ static int many(const char *file, size_t max, size_t sweeps, double timeout) {
         line[strcspn(line, "\r\n")] = 0;
         if (!*line) continue;
         if (n == cap) conns = realloc(conns, (cap *= 2) * sizeof *conns);
-        wool_status s = wool_connect(line, NULL, &conns[n]);
+        wool_status s = bench_connect(line, &conns[n]);
         if (s != WOOL_STATUS_OK) die("wool_connect", s);
         n++;
     }

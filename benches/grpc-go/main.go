@@ -5,9 +5,16 @@
 //
 //	grpc-go-bench seq ADDR N WARMUP          sequential polls, one at a time
 //	grpc-go-bench burst ADDR LEVELS SECONDS  bursts of N concurrent polls (LEVELS like 256,10000)
+//	grpc-go-bench first ADDR N WARMUP        N first polls, each on a NEW grpc.ClientConn (TCP
+//	                                         connect, TLS handshake when TLS is on, HTTP/2
+//	                                         preface and settings, the call), timed from
+//	                                         grpc.NewClient to the answer
 //
-// Every poll is `/wool.runtime.protobuf.wire.Worker/idle` on ONE grpc.ClientConn (insecure
-// credentials, grpc-go's defaults otherwise: no keepalive, no retries configured), through a raw
+// Every poll of seq and burst is `/wool.runtime.protobuf.wire.Worker/idle` on ONE
+// grpc.ClientConn (insecure credentials, or with WOOL_BENCH_TLS=DIR in the environment mutual
+// TLS through credentials.NewTLS: trusting DIR/ca.pem, presenting DIR/client-cert.pem and
+// DIR/client-key.pem, the files `wool_bench tls-certs DIR` writes; grpc-go's defaults
+// otherwise: no keepalive, no retries configured), through a raw
 // codec that passes []byte through: no protoc, no generated code. The request is the empty
 // message `Void` (zero bytes); the response `Idle { double seconds = 1; }` is 0x09 followed by a
 // little-endian f64 (or zero bytes when seconds is 0.0, proto3's default), decoded by hand.
@@ -22,6 +29,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -36,6 +45,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -120,13 +130,35 @@ func idle(ctx context.Context, conn *grpc.ClientConn, resp *[]byte) (float64, er
 	return seconds, err
 }
 
+// transportCredentials: mutual TLS from the directory in WOOL_BENCH_TLS, else insecure. Read
+// once per process (the files are not re-read per connection).
+var transportCredentials = sync.OnceValue(func() credentials.TransportCredentials {
+	dir := os.Getenv("WOOL_BENCH_TLS")
+	if dir == "" {
+		return insecure.NewCredentials()
+	}
+	ca, err := os.ReadFile(dir + "/ca.pem")
+	if err != nil {
+		fail(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca) {
+		fail(fmt.Errorf("%s/ca.pem: no certificate", dir))
+	}
+	cert, err := tls.LoadX509KeyPair(dir+"/client-cert.pem", dir+"/client-key.pem")
+	if err != nil {
+		fail(err)
+	}
+	return credentials.NewTLS(&tls.Config{RootCAs: roots, Certificates: []tls.Certificate{cert}})
+})
+
 func dial(addr string) *grpc.ClientConn {
 	target := addr
 	if !strings.Contains(addr, "://") {
 		target = "passthrough:///" + addr
 	}
 	conn, err := grpc.NewClient(target,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(transportCredentials()),
 		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
 	if err != nil {
 		fail(err)
@@ -140,7 +172,7 @@ func fail(err error) {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: grpc-go-bench seq ADDR N WARMUP | burst ADDR LEVELS SECONDS")
+	fmt.Fprintln(os.Stderr, "usage: grpc-go-bench seq|first ADDR N WARMUP | burst ADDR LEVELS SECONDS")
 	os.Exit(2)
 }
 
@@ -149,13 +181,17 @@ func main() {
 		usage()
 	}
 	switch os.Args[1] {
-	case "seq":
+	case "seq", "first":
 		n, err1 := strconv.Atoi(os.Args[3])
 		warmup, err2 := strconv.Atoi(os.Args[4])
 		if err1 != nil || err2 != nil || n < 1 || warmup < 0 {
 			usage()
 		}
-		seq(os.Args[2], n, warmup)
+		if os.Args[1] == "first" {
+			first(os.Args[2], n, warmup)
+		} else {
+			seq(os.Args[2], n, warmup)
+		}
 	case "burst":
 		var levels []int
 		for _, s := range strings.Split(os.Args[3], ",") {
@@ -231,6 +267,40 @@ func seq(addr string, n, warmup int) {
 	elapsed := time.Since(start).Seconds()
 	cpu = processCPU() - cpu
 	fmt.Fprintf(os.Stderr, "grpc-go-bench: last Idle.seconds = %g (%d response bytes)\n", last, len(resp))
+	emit(latency{SamplesNs: samples, ElapsedS: elapsed, CPUS: cpu})
+}
+
+// first: warmup + n first polls, each on a new grpc.ClientConn (its own TCP connection and
+// handshakes), timed from grpc.NewClient to the answer; as `first` of the Rust driver, the
+// connections stay open until the end, so that no closing overlaps a later sample.
+func first(addr string, n, warmup int) {
+	kept := make([]*grpc.ClientConn, 0, n+warmup)
+	samples := make([]int64, 0, n)
+	resp := make([]byte, 0, 16)
+	var cpu float64
+	var start time.Time
+	for i := 0; i < warmup+n; i++ {
+		if i == warmup {
+			cpu, start = processCPU(), time.Now()
+		}
+		t := time.Now()
+		conn := dial(addr)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := idle(ctx, conn, &resp)
+		cancel()
+		if err != nil {
+			fail(err)
+		}
+		if i >= warmup {
+			samples = append(samples, time.Since(t).Nanoseconds())
+		}
+		kept = append(kept, conn)
+	}
+	elapsed := time.Since(start).Seconds()
+	cpu = processCPU() - cpu
+	for _, conn := range kept {
+		conn.Close()
+	}
 	emit(latency{SamplesNs: samples, ElapsedS: elapsed, CPUS: cpu})
 }
 
