@@ -13,9 +13,9 @@ section below), the same way for every driver.
 
 Writes target/bench/results.json and prints a markdown table on stdout (progress goes to
 stderr). ``--only SECTIONS`` (sequential, concurrency, fleet, memory, dispatch, discovery,
-scaler) runs some sections: written to results-SECTIONS.json and merged into results.json, and
+scaler, tls) runs some sections: written to results-SECTIONS.json and merged into results.json, and
 (not QUICK) the generated block of BENCHMARKS.md gets those sections (fleet: 3, discovery: 6,
-scaler: 7) and their target rows replaced, with a "Re-measured" line; the rest of the block is
+scaler: 7, tls: 8) and their target rows replaced, with a "Re-measured" line; the rest of the block is
 left as it was. Nothing here asserts on time: the targets are *reported* (met / missed, with
 the measured ratio), never enforced.
 
@@ -52,6 +52,12 @@ Every knob is an environment variable (defaults give a full run of about 3-4 min
     MEM_HANDLES, MEM_WOOL            handle counts; MEM_WOOL=0 skips Wool's Python client
     DISPATCH_SECONDS, DISPATCH_CONCURRENCY, DISPATCH_BYTES, IDLE_COST_REPS, POLLER_HZ
     UDS                              1 (default; 0 in QUICK) adds "(c) over a Unix socket" (extra)
+    TLS_ROUNDS, TLS_SEQ_N,           the mutual-TLS section (8): interleaved rounds (3; QUICK: 1)
+    TLS_LEVELS, TLS_FIRST_N,         of sequential polls (TLS_SEQ_N a round, default SEQ_N, after
+    TLS_FIRST_WARMUP                 SEQ_WARMUP) and of first polls on new connections
+                                     (TLS_FIRST_N a process, 200; QUICK: 30; after
+                                     TLS_FIRST_WARMUP untimed, 5; QUICK: 3); concurrency levels
+                                     of its bursts ("256"; BURST_SECONDS each)
 """
 
 from __future__ import annotations
@@ -113,7 +119,12 @@ CFG = {
     "IDLE_COST_REPS": env("IDLE_COST_REPS", 4, 1),
     "POLLER_HZ": env("POLLER_HZ", 1000.0, 1000.0),
     "UDS": env("UDS", 1, 0),
+    "TLS_ROUNDS": env("TLS_ROUNDS", 3, 1),
+    "TLS_LEVELS": env("TLS_LEVELS", "256", "256"),
+    "TLS_FIRST_N": env("TLS_FIRST_N", 200, 30),
+    "TLS_FIRST_WARMUP": env("TLS_FIRST_WARMUP", 5, 3),
 }
+CFG["TLS_SEQ_N"] = env("TLS_SEQ_N", CFG["SEQ_N"], CFG["SEQ_N"])
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -413,6 +424,29 @@ def scaler_calls(raw: dict) -> dict:
     out = {"endpoints": raw.pop("endpoints"), "sweep": sweep_times(raw.pop("sweep")),
            "fresh": latency(raw.pop("fresh")), "cached": latency(raw.pop("cached"))}
     out.update(raw)
+    return out
+
+
+def cross_cpu_wakeup(layouts: dict) -> dict | None:
+    """What one cross-CPU wake-up costs on this machine, from the floor (g), a one-byte TCP
+    ping-pong between two processes, measured in layout split (two CPUs: each round trip wakes
+    the other CPU twice) and shared (one CPU: no cross-CPU wake-up): (split median - shared
+    median) / 2 per one-way wake (the inter-processor interrupt, the sleeping CPU's way out of
+    idle, the cache lines that move). With it, (b)'s split - shared difference in wakes: how
+    much of a slow sequential poll is the machine's wake-ups, not the library. None unless
+    both layouts ran."""
+    split, shared = (layouts.get(k, {}) for k in ("split", "shared"))
+    if "g" not in split or "g" not in shared:
+        return None
+    a, b = split["g"]["median_us"], shared["g"]["median_us"]
+    out = {"per_wake_us": round((a - b) / 2, 2), "split_floor_median_us": a,
+           "shared_floor_median_us": b,
+           "formula": "(split floor (g) median - shared floor (g) median) / 2"}
+    if "b" in split and "b" in shared:
+        diff = split["b"]["median_us"] - shared["b"]["median_us"]
+        out["b_split_minus_shared_us"] = round(diff, 2)
+        out["b_difference_in_wakes"] = round(diff / out["per_wake_us"], 2) \
+            if out["per_wake_us"] > 0 else None
     return out
 
 
@@ -988,6 +1022,174 @@ def section_dispatch(tools: dict, addr: str, worker: Server) -> dict:
     return out
 
 
+def _rounds_row(label: str, rs: list[dict], warmup: int) -> dict:
+    """Sequential runs of one driver (latency, with _worker_cpu_s): medians of the rounds."""
+    med = lambda f: round(statistics.median(x[f] for x in rs), 2)  # noqa: E731
+    calls = sum(x["n"] for x in rs) + warmup * len(rs)
+    return {"label": label, "median_us": med("median_us"), "p90_us": med("p90_us"),
+            "p99_us": med("p99_us"), "mean_us": med("mean_us"), "min_us": med("min_us"),
+            "polls_per_s": med("polls_per_s"), "n_per_round": rs[0]["n"], "rounds": len(rs),
+            "rounds_median_us": [x["median_us"] for x in rs],
+            "client_cpu_us_per_poll": med("cpu_us_per_poll"),
+            "worker_cpu_us_per_poll": round(sum(x["_worker_cpu_s"] for x in rs) / calls * 1e6, 1)}
+
+
+def section_tls(tools: dict, plain: Server) -> dict:
+    """Mutual TLS, ours against grpc-go. A throwaway PKI made now (`wool_bench tls-certs`,
+    into target/bench/tls), a wool-worker requiring client certificates signed by its CA, and
+    the drivers given the client's material through WOOL_BENCH_TLS (benches/wool_bench.rs,
+    benches/c/idle_bench.c, benches/grpc-go). Three parts, each also in plaintext against
+    `plain` (the plaintext wool-worker) for what TLS adds: sequential polls (layout split,
+    TLS_ROUNDS interleaved rounds), bursts of TLS_LEVELS concurrent polls on one connection
+    (unpinned, as section 2), and first polls on new connections (layout split, TLS_FIRST_N a
+    process, one process per round and driver)."""
+    certs = OUT / "tls"
+    shutil.rmtree(certs, ignore_errors=True)
+    log(f"tls: a throwaway CA, worker and client certificates in {certs.relative_to(ROOT)}")
+    subprocess.run([str(tools["bench"]), "tls-certs", str(certs)], check=True, timeout=60)
+    tls_env = dict(os.environ, WOOL_BENCH_TLS=str(certs))
+    plain_env = {k: v for k, v in os.environ.items() if k != "WOOL_BENCH_TLS"}
+    worker = Server("wool-worker (mutual TLS)",
+                    [tools["worker"], "--tls-ca", certs / "ca.pem", "--tls-cert",
+                     certs / "worker-cert.pem", "--tls-key", certs / "worker-key.pem"],
+                    stderr=subprocess.DEVNULL)
+    n, warmup, rounds = CFG["TLS_SEQ_N"], CFG["SEQ_WARMUP"], CFG["TLS_ROUNDS"]
+    first_n, first_warmup = CFG["TLS_FIRST_N"], CFG["TLS_FIRST_WARMUP"]
+    levels = [int(x) for x in str(CFG["TLS_LEVELS"]).split(",") if x.strip()]
+    secs = CFG["BURST_SECONDS"]
+    bench, c_idle, grpc_go = tools["bench"], tools["c_idle"], tools.get("grpc_go")
+    ta, pa = worker.address, plain.address
+    # key: (label, argv, env, worker serving it); grpc-go only where it was built.
+    seq = {
+        "b": ("(b) WorkerConnection::idle over mTLS, current_thread",
+              [bench, "seq-conn", ta, n, warmup, "current"], tls_env, worker),
+        "c": ("(c) wool_idle from C over mTLS", [c_idle, "seq", ta, n, warmup], tls_env, worker),
+        "h": ("(h) grpc-go over mTLS (credentials.NewTLS, client certificate)",
+              [grpc_go, "seq", ta, n, warmup], tls_env, worker),
+        "b_plain": ("(b) WorkerConnection::idle, plaintext (the same rounds)",
+                    [bench, "seq-conn", pa, n, warmup, "current"], plain_env, plain),
+        "h_plain": ("(h) grpc-go, plaintext (the same rounds)",
+                    [grpc_go, "seq", pa, n, warmup], plain_env, plain),
+    }
+    burst = {
+        "rust_tasks": ("(b) Rust tasks on one WorkerConnection over mTLS",
+                       lambda lv: [bench, "burst", ta, lv, secs], tls_env, worker),
+        "c_threads": ("(c) C threads on one wool_connection handle over mTLS",
+                      lambda lv: [c_idle, "burst", ta, lv, secs], tls_env, worker),
+        "grpc_go": ("(h) grpc-go goroutines on one ClientConn over mTLS",
+                    lambda lv: [grpc_go, "burst", ta, lv, secs], tls_env, worker),
+        "rust_tasks_plain": ("(b) Rust tasks on one WorkerConnection, plaintext",
+                             lambda lv: [bench, "burst", pa, lv, secs], plain_env, plain),
+        "grpc_go_plain": ("(h) grpc-go goroutines on one ClientConn, plaintext",
+                          lambda lv: [grpc_go, "burst", pa, lv, secs], plain_env, plain),
+    }
+    first = {
+        "ours_plain": ("ours (WorkerConnection), plaintext",
+                       [bench, "first", pa, first_n, first_warmup], plain_env, plain),
+        "ours_tls": ("ours (WorkerConnection), mTLS",
+                     [bench, "first", ta, first_n, first_warmup], tls_env, worker),
+        "grpc_go_plain": ("grpc-go, plaintext",
+                          [grpc_go, "first", pa, first_n, first_warmup], plain_env, plain),
+        "grpc_go_tls": ("grpc-go, mTLS (credentials.NewTLS, client certificate)",
+                        [grpc_go, "first", ta, first_n, first_warmup], tls_env, worker),
+    }
+    if not grpc_go:
+        log("tls: no grpc-go anchor: its rows left out")
+        for table in (seq, burst, first):
+            for key in [k for k in table if k.startswith(("h", "grpc_go"))]:
+                del table[key]
+    cpus = LAYOUTS["split"]
+    if (os.cpu_count() or 1) < 2:
+        log("tls: layout split needs 2 CPUs: running unpinned instead")
+        cpus = None
+    prefix = ["taskset", "-c", cpus[0]] if cpus else []
+    all_cpus = set(range(os.cpu_count() or 1))
+    out: dict = {"layout": "split" if cpus else "free", "rounds": rounds,
+                 "certificates": "rcgen: a CA, worker and client leaves (ECDSA P-256), "
+                                 "client certificates required by the worker",
+                 "worker_address": ta}
+    seq_runs: dict[str, list] = {k: [] for k in seq}
+    first_runs: dict[str, list] = {k: [] for k in first}
+    try:
+        if cpus:
+            for server in (worker, plain):
+                set_affinity(server.proc.pid, {int(cpus[1])})
+        try:
+            for r in range(rounds):
+                for key, (label, argv, kw_env, serving) in seq.items():
+                    log(f"tls: sequential round {r + 1}/{rounds}: {label}")
+                    w0 = serving.cpu_seconds()
+                    res = run_driver(prefix + [str(x) for x in argv], label, latency, env=kw_env)
+                    res["_worker_cpu_s"] = serving.cpu_seconds() - w0
+                    seq_runs[key].append(res)
+                for key, (label, argv, kw_env, serving) in first.items():
+                    log(f"tls: first polls round {r + 1}/{rounds}: {label}, {first_n} new "
+                        f"connections")
+                    w0 = serving.cpu_seconds()
+                    res = run_driver(prefix + [str(x) for x in argv], label, latency, env=kw_env)
+                    res["_worker_cpu_s"] = serving.cpu_seconds() - w0
+                    first_runs[key].append(res)
+        finally:
+            if cpus:
+                for server in (worker, plain):
+                    set_affinity(server.proc.pid, all_cpus)
+        out["sequential"] = {k: _rounds_row(seq[k][0], rs, warmup) for k, rs in seq_runs.items()}
+        out["first_poll"] = {k: _rounds_row(first[k][0], rs, first_warmup)
+                             for k, rs in first_runs.items()}
+        out["first_poll_n"] = first_n
+        conc: dict = {"levels": levels}
+        for key, (label, argv, kw_env, serving) in burst.items():
+            rows = []
+            for level in levels:
+                if key == "c_threads" and level > 256:
+                    continue
+                log(f"tls: concurrency: {label}, N = {level}")
+                w0 = serving.cpu_seconds()
+                res = run_driver([str(x) for x in argv(level)], f"tls {key} burst {level}",
+                                 burst_rates, timeout=900, env=kw_env)
+                busy = serving.cpu_seconds() - w0
+                for row in res["levels"]:
+                    seconds = row.pop("_elapsed_s")
+                    row["worker_busy"] = round(busy / seconds, 2) if seconds else None
+                    row["worker_cpu_us_per_poll"] = round(
+                        busy / max(row["ok"] + row["failed"], 1) * 1e6, 1)
+                    rows.append(row)
+            conc[key] = {"label": label, "levels": rows}
+        out["concurrency"] = conc
+    finally:
+        worker.stop()
+    # The ratios the targets read: ours over grpc-go (time: lower is better; polls/s: higher
+    # is better), and mTLS over plaintext.
+    sq, fp = out["sequential"], out["first_poll"]
+    ratios: dict = {}
+    div = lambda a, b: round(a / b, 2) if a is not None and b else None  # noqa: E731
+    if "h" in sq:
+        ratios["seq_b_to_h"] = div(sq["b"]["median_us"], sq["h"]["median_us"])
+        ratios["seq_c_to_h"] = div(sq["c"]["median_us"], sq["h"]["median_us"])
+        ratios["seq_h_tls_to_plain"] = div(sq["h"]["median_us"], sq["h_plain"]["median_us"])
+        ratios["seq_plain_b_to_h"] = div(sq["b_plain"]["median_us"], sq["h_plain"]["median_us"])
+    ratios["seq_b_tls_to_plain"] = div(sq["b"]["median_us"], sq["b_plain"]["median_us"])
+    at = lambda key, lv: next((r for r in conc.get(key, {}).get("levels", [])  # noqa: E731
+                               if r["concurrency"] == lv), None)
+    for lv in levels:
+        ours, theirs, c = at("rust_tasks", lv), at("grpc_go", lv), at("c_threads", lv)
+        if ours and theirs:
+            ratios[f"burst_{lv}_rust_to_grpc_go"] = div(ours["polls_per_s"], theirs["polls_per_s"])
+        if c and theirs:
+            ratios[f"burst_{lv}_c_to_grpc_go"] = div(c["polls_per_s"], theirs["polls_per_s"])
+    ratios["first_ours_tls_to_plain"] = div(fp["ours_tls"]["median_us"],
+                                            fp["ours_plain"]["median_us"])
+    if "grpc_go_tls" in fp:
+        ratios["first_grpc_go_tls_to_plain"] = div(fp["grpc_go_tls"]["median_us"],
+                                                   fp["grpc_go_plain"]["median_us"])
+        ratios["first_tls_ours_to_grpc_go"] = div(fp["ours_tls"]["median_us"],
+                                                  fp["grpc_go_tls"]["median_us"])
+        ratios["first_plain_ours_to_grpc_go"] = div(fp["ours_plain"]["median_us"],
+                                                    fp["grpc_go_plain"]["median_us"])
+    out["ratios"] = ratios
+    return out
+
+
 # ---------------------------------------------------------------- report
 
 
@@ -1116,6 +1318,7 @@ def targets(res: dict) -> list[dict]:
         ratio >= 20, f"Wool's own client end to end: {disp['ratio_ours_to_wool_e2e']:.1f}x")
     rows.extend(discovery_targets(res))
     rows.extend(scaler_targets(res))
+    rows.extend(tls_targets(res))
     return rows
 
 
@@ -1371,6 +1574,135 @@ def markdown_scaler(sc: dict) -> list[str]:
     return lines
 
 
+def tls_targets(res: dict) -> list[dict]:
+    """The mutual-TLS section's targets (rows named "TLS: ..."): ours against grpc-go, both
+    over mTLS; the first poll on a new connection is reported, with no goal."""
+    tls = res.get("tls")
+    if not tls:
+        return []
+    sq, fp, conc, ratios = tls["sequential"], tls["first_poll"], tls["concurrency"], \
+        tls["ratios"]
+    rows = []
+    if "h" in sq:
+        ratio = ratios["seq_b_to_h"]
+        rows.append({"target": "TLS: (b) WorkerConnection::idle over mTLS vs (h) grpc-go over "
+                     "mTLS, sequential median", "goal": "<= 1.0x", "measured": f"{ratio:.2f}x",
+                     "met": ratio <= 1.0,
+                     "note": f"{sq['b']['median_us']:.1f} vs {sq['h']['median_us']:.1f} µs; (c) "
+                             f"wool_idle {ratios['seq_c_to_h']:.2f}x; plaintext, same rounds: "
+                             f"(b) {ratios['seq_plain_b_to_h']:.2f}x (h)"})
+    for lv in conc["levels"]:
+        ratio = ratios.get(f"burst_{lv}_rust_to_grpc_go")
+        if ratio is None:
+            continue
+        ours, theirs = (next(r for r in conc[key]["levels"] if r["concurrency"] == lv)
+                        for key in ("rust_tasks", "grpc_go"))
+        c = ratios.get(f"burst_{lv}_c_to_grpc_go")
+        rows.append({"target": f"TLS: Rust tasks at {lv:,} over mTLS vs grpc-go at {lv:,} over "
+                     "mTLS (polls/s, one connection each)", "goal": ">= 1.0x",
+                     "measured": f"{ratio:.2f}x", "met": ratio >= 1.0,
+                     "note": f"{ours['polls_per_s']:,.0f} vs {theirs['polls_per_s']:,.0f} "
+                             f"polls/s; failed {ours['failed']} vs {theirs['failed']}"
+                             + (f"; C threads {c:.2f}x" if c is not None else "")})
+    measured = (f"ours {_duration(fp['ours_plain']['median_us'])} → "
+                f"{_duration(fp['ours_tls']['median_us'])} "
+                f"({ratios['first_ours_tls_to_plain']:.2f}x)")
+    note = ""
+    if "grpc_go_tls" in fp:
+        measured += (f"; grpc-go {_duration(fp['grpc_go_plain']['median_us'])} → "
+                     f"{_duration(fp['grpc_go_tls']['median_us'])} "
+                     f"({ratios['first_grpc_go_tls_to_plain']:.2f}x)")
+        note = (f"ours / grpc-go: mTLS {ratios['first_tls_ours_to_grpc_go']:.2f}x, plaintext "
+                f"{ratios['first_plain_ours_to_grpc_go']:.2f}x")
+    rows.append({"target": "TLS: first poll on a new connection: plaintext vs mTLS (TCP + TLS "
+                 "handshake + HTTP/2), medians", "goal": "reported", "measured": measured,
+                 "met": "n/a", "note": note})
+    return rows
+
+
+def markdown_tls(tls: dict) -> list[str]:
+    """Section 8 of the table."""
+    sq, fp, conc, ratios = tls["sequential"], tls["first_poll"], tls["concurrency"], \
+        tls["ratios"]
+    where = "layout split (client on CPU 0, worker on CPU 1)" if tls["layout"] == "split" \
+        else "not pinned"
+    lines = ["### 8. Mutual TLS: ours vs grpc-go\n",
+             f"A throwaway PKI made at bench time (`wool_bench tls-certs`: a CA, worker and "
+             f"client certificates, ECDSA P-256) and `wool-worker --tls-ca --tls-cert --tls-key` "
+             f"(client certificates required); the clients present the client certificate: "
+             f"`WorkerCredentials::from_files` (mutual), C `wool_credentials_from_files`, "
+             f"grpc-go `credentials.NewTLS`. Sequential and first polls: {where}, medians of "
+             f"{tls['rounds']} interleaved round(s); the plaintext rows are the same drivers "
+             f"against the plaintext wool-worker in the same rounds.\n",
+             "| sequential polls, one connection | median µs | p99 µs | polls/s | ×(h) mTLS | "
+             "client CPU µs/poll | worker CPU µs/poll |",
+             "|---|--:|--:|--:|--:|--:|--:|"]
+    h = sq.get("h", {}).get("median_us")
+    for key in ("b", "c", "h", "b_plain", "h_plain"):
+        if key not in sq:
+            continue
+        r = sq[key]
+        to_h = f"{r['median_us'] / h:.2f}" if h else "–"
+        lines.append(f"| {r['label']} | {r['median_us']:.1f} | {r['p99_us']:.1f} | "
+                     f"{r['polls_per_s']:,.0f} | {to_h} | {r['client_cpu_us_per_poll']} | "
+                     f"{r['worker_cpu_us_per_poll']} |")
+    lines.append("")
+    keys = [k for k in ("rust_tasks", "c_threads", "grpc_go", "rust_tasks_plain",
+                        "grpc_go_plain") if k in conc]
+    lines.append("| N concurrent polls, one connection (polls/s) | "
+                 + " | ".join(conc[k]["label"] for k in keys) + " | Rust / grpc-go, mTLS |")
+    lines.append("|--:|" + "--:|" * (len(keys) + 1))
+    for lv in conc["levels"]:
+        cells = []
+        for key in keys:
+            r = next((x for x in conc[key]["levels"] if x["concurrency"] == lv), None)
+            cells.append("–" if r is None else
+                         f"{r['polls_per_s']:,.0f} ({r['failed']} failed, worker "
+                         f"{r['worker_busy']:.2f} cores)")
+        ratio = ratios.get(f"burst_{lv}_rust_to_grpc_go")
+        cells.append("–" if ratio is None else f"{ratio:.2f}")
+        lines.append(f"| {lv:,} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(f"First poll on a new connection (TCP connect, TLS handshake, HTTP/2 preface "
+                 f"and settings, the call; timed from making the connection object to the "
+                 f"answer): {tls['first_poll_n']} new connections a process, after untimed "
+                 f"ones, kept open to the end.\n")
+    lines.append("| first poll on a new connection | plaintext median | mTLS median | mTLS p90 | "
+                 "mTLS / plaintext | client CPU per connection, mTLS |")
+    lines.append("|---|--:|--:|--:|--:|--:|")
+    for who, plain_key, tls_key, ratio_key in (
+            ("ours (`WorkerConnection`)", "ours_plain", "ours_tls", "first_ours_tls_to_plain"),
+            ("grpc-go (`grpc.NewClient`)", "grpc_go_plain", "grpc_go_tls",
+             "first_grpc_go_tls_to_plain")):
+        if tls_key not in fp:
+            continue
+        p, t = fp[plain_key], fp[tls_key]
+        lines.append(f"| {who} | {_duration(p['median_us'])} | {_duration(t['median_us'])} | "
+                     f"{_duration(t['p90_us'])} | {ratios[ratio_key]:.2f} | "
+                     f"{_duration(t['client_cpu_us_per_poll'])} |")
+    if "first_tls_ours_to_grpc_go" in ratios:
+        lines.append(f"| ours / grpc-go | {ratios['first_plain_ours_to_grpc_go']:.2f} | "
+                     f"{ratios['first_tls_ours_to_grpc_go']:.2f} | – | – | – |")
+    lines.append("")
+    return lines
+
+
+def markdown_wakeup(res: dict) -> list[str]:
+    """Section 1's line on the machine's cross-CPU wake-up (cross_cpu_wakeup)."""
+    w = res.get("cross_cpu_wakeup")
+    if not w:
+        return ["Cross-CPU wake-up: not measured in this run (it needs the floor (g) in layouts "
+                "split and shared: SEQ_LAYOUTS).\n"]
+    line = (f"Cross-CPU wake-up on this machine: **{w['per_wake_us']:.1f} µs per one-way "
+            f"wake** = (split floor (g) median {w['split_floor_median_us']:.1f} µs − shared "
+            f"floor median {w['shared_floor_median_us']:.1f} µs) / 2 (a ping-pong round trip "
+            f"wakes the other CPU twice)")
+    if w.get("b_difference_in_wakes") is not None:
+        line += (f"; (b)'s split − shared difference, {w['b_split_minus_shared_us']:.1f} µs, is "
+                 f"{w['b_difference_in_wakes']:.1f} such wakes")
+    return [line + ".\n"]
+
+
 def markdown(res: dict) -> str:
     seq, conc, fleet, mem, disp = (res[k] for k in
                                    ("sequential", "concurrency", "fleet", "memory", "dispatch"))
@@ -1417,6 +1749,7 @@ def markdown(res: dict) -> str:
                              f"{r.get('client_cpu_us_per_poll', '–')} | "
                              f"{r.get('worker_cpu_us_per_poll', '–')} |")
         lines.append("")
+    lines.extend(markdown_wakeup(res))
     lines.append("### 2. Concurrent polls on one connection (bursts of N; polls/s, failures)\n")
     columns = [(key, title) for key, title in CONC_COLUMNS if key in conc]
     lines.append("| N | " + " | ".join(title for _, title in columns) + " |")
@@ -1483,6 +1816,8 @@ def markdown(res: dict) -> str:
         lines.extend(markdown_discovery(res))
     if res.get("scaler"):
         lines.extend(markdown_scaler(res["scaler"]))
+    if res.get("tls"):
+        lines.extend(markdown_tls(res["tls"]))
     lines.append("### Targets\n")
     lines.append("| target | goal | measured | met |")
     lines.append("|---|---|---|---|")
@@ -1508,6 +1843,8 @@ PARTIAL_SECTIONS = {
                ("| discovery: ",)),
     "### 7.": ("scaler", "7 (KEDA scaler)", lambda res: markdown_scaler(res["scaler"]),
                scaler_targets, ("| scaler: ",)),
+    "### 8.": ("tls", "8 (mutual TLS)", lambda res: markdown_tls(res["tls"]), tls_targets,
+               ("| TLS: ",)),
 }
 
 
@@ -1648,6 +1985,7 @@ def main() -> int:
             results["sequential"] = layouts[first]
             results["sequential_layout"] = first
             results["sequential_layouts"] = layouts
+            results["cross_cpu_wakeup"] = cross_cpu_wakeup(layouts)
         if want("concurrency"):
             results["concurrency"] = section_concurrency(tools, worker.address, worker)
         if want("fleet"):
@@ -1660,6 +1998,8 @@ def main() -> int:
             results["memory"] = section_memory(tools, worker.address)
         if want("dispatch"):
             results["dispatch"] = section_dispatch(tools, worker.address, worker)
+        if want("tls"):
+            results["tls"] = section_tls(tools, worker)
     finally:
         worker.stop()
     if "dispatch" in results and "sequential" in results:
@@ -1687,7 +2027,8 @@ def main() -> int:
         if path.exists():
             merged = json.loads(path.read_text())
             for key in ("sequential", "sequential_layout", "sequential_layouts", "concurrency",
-                        "fleet", "memory", "dispatch", "discovery", "scaler"):
+                        "fleet", "memory", "dispatch", "discovery", "scaler", "tls",
+                        "cross_cpu_wakeup"):
                 if key in results:
                     merged[key] = results[key]
             merged.setdefault("remeasured", []).append(

@@ -14,7 +14,10 @@
 #   6. listing a 128-worker local registry (written by Wool 0.15.7's own LocalDiscovery
 #      publisher) with LocalDiscovery::list, against one sequential idle poll;
 #   7. a KEDA scaler (wool::scaler, in process) answering GetMetrics for 1,000 workers, with a
-#      fresh sweep and from the cached sweep, against one warm wool::fleet::sweep of them.
+#      fresh sweep and from the cached sweep, against one warm wool::fleet::sweep of them;
+#   8. mutual TLS (a throwaway PKI under target/bench/tls, a wool-worker requiring client
+#      certificates): sequential and 256-concurrent polls, ours (WorkerConnection, wool_idle)
+#      against grpc-go, and the first poll on a new connection, plaintext vs mTLS.
 # Writes target/bench/results.json, prints a markdown table, renders BENCHMARKS.png and rewrites
 # the generated block of BENCHMARKS.md (UPDATE_BENCHMARKS_MD=0 leaves it alone).
 #
@@ -26,7 +29,7 @@
 #                                 records perf profiles: target/bench/profile.md (needs perf)
 #   BENCH_ONLY=sequential,dispatch ./scripts/bench.sh   run some sections only (no plot); of
 #                                 BENCHMARKS.md's generated block, only those sections (fleet,
-#                                 discovery, scaler) and their targets are replaced
+#                                 discovery, scaler, tls) and their targets are replaced
 # Knobs (iteration counts, durations): see the docstring of benches/run.py. Not a test: it
 # never fails on a slow number; it exits non-zero only when something could not run.
 set -euo pipefail
