@@ -104,7 +104,7 @@ pub unsafe extern "C" fn wool_idle(
         let conn = Arc::clone(&unsafe { try_ref(conn, "conn") }?.inner);
         let out = unsafe { try_mut(out_seconds, "out_seconds") }?;
         let timeout = try_timeout(timeout_seconds)?;
-        *out = runtime::block_on(async move { conn.idle(timeout).await })??;
+        *out = runtime::block_on_call(async move { conn.idle(timeout).await })??;
         Ok(())
     })
 }
@@ -131,7 +131,7 @@ pub unsafe extern "C" fn wool_stop(
         let conn = Arc::clone(&unsafe { try_ref(conn, "conn") }?.inner);
         let grace = try_grace(grace_seconds)?;
         let timeout = try_timeout(timeout_seconds)?;
-        runtime::block_on(async move { conn.stop(grace, timeout).await })??;
+        runtime::block_on_call(async move { conn.stop(grace, timeout).await })??;
         Ok(())
     })
 }

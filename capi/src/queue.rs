@@ -130,8 +130,12 @@ pub struct wool_queue {
 
 struct Queue {
     state: Mutex<State>,
-    /// Signalled when a completion is pushed.
+    /// Signalled when a completion is pushed, for threads waiting without driving the runtime
+    /// (inside a host's own tokio runtime), counted in `State::condvar_waiters`.
     ready: Condvar,
+    /// Notified when a completion is pushed, for the thread driving the runtime in
+    /// wool_queue_next.
+    arrived: tokio::sync::Notify,
     next_call: AtomicU64,
 }
 
@@ -144,6 +148,8 @@ struct State {
     calls: HashMap<u64, Call>,
     /// An eventfd, readable exactly while completions wait; `None` once the queue is freed.
     fd: Option<OwnedFd>,
+    /// Threads waiting on `Queue::ready`.
+    condvar_waiters: usize,
 }
 
 /// A call in flight on a queue.
@@ -161,14 +167,37 @@ impl Queue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Wakes the threads waiting for a completion (one was just pushed onto `state`).
+    fn announce(&self, state: &State) {
+        self.arrived.notify_waiters();
+        if state.condvar_waiters > 0 {
+            self.ready.notify_all();
+        }
+    }
+
     /// The queue's state once a completion waits, or once `timeout_seconds` (0, positive, or
-    /// INFINITY; checked by the caller) have passed without one.
+    /// INFINITY; checked by the caller) have passed without one. The waiting thread drives the
+    /// library's runtime meanwhile (see `runtime::drive_until`): the calls' I/O and their
+    /// completions happen on it, with no other thread in between.
     fn wait_ready(&self, timeout_seconds: f64) -> MutexGuard<'_, State> {
         let deadline = Duration::try_from_secs_f64(timeout_seconds)
             .ok()
             .and_then(|wait| Instant::now().checked_add(wait));
+        if !self.lock().completions.is_empty() {
+            return self.lock();
+        }
+        if timeout_seconds == 0.0 {
+            return self.lock();
+        }
+        let driven =
+            runtime::drive_until(self.until_ready(deadline.map(tokio::time::Instant::from_std)));
         let mut state = self.lock();
-        while state.completions.is_empty() && timeout_seconds > 0.0 {
+        if let Ok(Some(())) = driven {
+            return state;
+        }
+        // Inside a host's own tokio runtime (or with no runtime at all): wait without driving.
+        state.condvar_waiters += 1;
+        while state.completions.is_empty() {
             state = match deadline {
                 None => self.ready.wait(state).unwrap_or_else(|p| p.into_inner()),
                 Some(deadline) => {
@@ -183,7 +212,28 @@ impl Queue {
                 }
             };
         }
+        state.condvar_waiters -= 1;
         state
+    }
+
+    /// Resolves once a completion waits in the queue, or at `deadline` (`None`: never).
+    async fn until_ready(&self, deadline: Option<tokio::time::Instant>) {
+        loop {
+            let notified = self.arrived.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !self.lock().completions.is_empty() {
+                return;
+            }
+            match deadline {
+                None => notified.await,
+                Some(deadline) => {
+                    if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
     }
 
     /// Finishes call `id` with `completion(tag)`, unless it was cancelled or the queue freed.
@@ -194,7 +244,7 @@ impl Queue {
         let mut state = self.lock();
         if let Some(call) = state.calls.remove(&id) {
             state.push(completion(call.tag));
-            self.ready.notify_all();
+            self.announce(&state);
         }
     }
 }
@@ -262,8 +312,10 @@ pub unsafe extern "C" fn wool_queue_new(out: *mut *mut wool_queue) -> wool_statu
                         calls: HashMap::new(),
                         // SAFETY: a descriptor we just opened and own.
                         fd: Some(unsafe { OwnedFd::from_raw_fd(fd) }),
+                        condvar_waiters: 0,
                     }),
                     ready: Condvar::new(),
+                    arrived: tokio::sync::Notify::new(),
                     next_call: AtomicU64::new(1),
                 }),
             },
@@ -303,15 +355,26 @@ pub unsafe extern "C" fn wool_queue_free(queue: *mut wool_queue) {
 /// poll(2), select(2), libuv or asyncio's add_reader; do not read, write or close it. -1 when
 /// `queue` is NULL.
 ///
+/// A host that waits on the descriptor rather than in wool_queue_next leaves the started calls
+/// to the library's driver thread; asking for a descriptor tells the library so, and from then
+/// on a start wakes that thread at once.
+///
 /// # Safety
 /// `queue` must be NULL or a live wool_queue.
 #[no_mangle]
 pub unsafe extern "C" fn wool_queue_fd(queue: *const wool_queue) -> i32 {
     ffi_panic_boundary!("wool_queue_fd", {
         // SAFETY: the caller's contract above.
-        unsafe { queue.as_ref() }
+        let Some(fd) = unsafe { queue.as_ref() }
             .and_then(|queue| queue.inner.lock().fd.as_ref().map(|fd| fd.as_raw_fd()))
-            .unwrap_or(-1)
+        else {
+            return -1;
+        };
+        if let Err(error) = runtime::descriptor_watched() {
+            // No runtime, so no call can have started on the queue: nothing to drive.
+            tracing::warn!("libwool: wool_queue_fd: {}", error.message());
+        }
+        fd
     })
 }
 
@@ -495,7 +558,7 @@ pub unsafe extern "C" fn wool_cancel(queue: *const wool_queue, call: u64) -> woo
                 Err(cancelled),
                 "wool_cancel",
             ));
-            inner.ready.notify_all();
+            inner.announce(&state);
         }
         Ok(())
     })

@@ -10,6 +10,14 @@
 //! Between calls a housekeeping thread gives the runtime a few turns once a second (answering
 //! HTTP/2 PINGs, hanging up on a worker that is shutting down, evicting unused channels).
 //!
+//! Started calls (`wool_*_start`) run on the same runtime, and whoever waits drives them: a
+//! thread blocked in `wool_queue_next` (or in a blocking call) runs the runtime itself, so a
+//! started call's I/O, its completion and the host's read of it happen on one thread with no
+//! wake-up in between. The library's driver thread runs started calls only while no host
+//! thread is in the library: for hosts that wait on the queue's descriptor in their own event
+//! loop, or that do other work between starting and collecting. It steps aside whenever a host
+//! thread enters to drive.
+//!
 //! Three facts shape it (all are "Known pitfalls" in C-API.md):
 //! - SIGPIPE: the caller's thread does socket writes, and a write to a peer that has closed
 //!   raises SIGPIPE, which kills a C host that kept the default disposition. The client's
@@ -23,7 +31,7 @@
 //!   redials; the parent's are never touched there.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::runtime::Runtime;
@@ -31,11 +39,12 @@ use tokio::runtime::Runtime;
 use libwool::connection::{Error, ErrorKind};
 use libwool::process::PerProcess;
 
-/// The runtime of this process, its blocking calls in progress (while there is one, it drives
-/// the runtime and the housekeeper stays out of its way), and the driver of started calls.
+/// The runtime of this process, the host threads driving it (blocking calls and waits in
+/// `wool_queue_next`: while there is one, the driver thread and the housekeeper stay out of its
+/// way), and the driver of started calls.
 struct LibraryRuntime {
     runtime: std::mem::ManuallyDrop<Runtime>,
-    active_calls: AtomicUsize,
+    hosts_driving: AtomicUsize,
     driver: Driver,
 }
 
@@ -51,22 +60,50 @@ impl Drop for LibraryRuntime {
     }
 }
 
-/// Drives the runtime while calls started without blocking (`wool_*_start`, a completion
-/// queue) are in flight: a thread of the library, started on first use, that sleeps while
-/// there are none. No host thread waits in the library for those calls (a host may be waiting
-/// on the queue's descriptor in its own event loop), so this thread does their I/O. Blocking
-/// calls made meanwhile still run their own futures on their callers' threads; the driver does
-/// the socket I/O for all.
+/// Drives the runtime while calls started without blocking (`wool_*_start`) are in flight and
+/// no host thread is in the library to drive them: a thread of the library, started with the
+/// first started call, that sleeps otherwise. A host thread that enters the library to wait (a
+/// blocking call, `wool_queue_next`) takes the runtime over: the driver steps aside, and comes
+/// back within [`DRIVER_TICK`] of the last such thread leaving (the host leaving does not wake
+/// it: a host looping over `wool_queue_next` would otherwise hand the runtime over and take it
+/// back on every turn).
 struct Driver {
     /// Started calls not yet finished (their futures not yet dropped).
     in_flight: AtomicUsize,
-    /// Wakes the driver thread when calls are started while it sleeps.
+    /// Set once a host has asked for a queue's descriptor (`wool_queue_fd`): such a host may
+    /// wait in its own loop right after starting a call, so a start wakes a ticking driver at
+    /// once instead of leaving it to its next tick.
+    descriptor_watched: AtomicBool,
+    /// Whether the driver thread is inside the runtime now (so a host arriving must tell it to
+    /// step aside).
+    driving: AtomicBool,
+    /// How the driver thread waits, and the condition variable it waits on.
+    sleep: std::sync::Mutex<Sleep>,
     wake: std::sync::Condvar,
-    sleeping: std::sync::Mutex<bool>,
-    /// Tells the driving loop that the last started call finished.
-    drained: tokio::sync::Notify,
+    /// Tells the driving loop to look again: the last started call finished, or a host thread
+    /// arrived to drive.
+    step_aside: tokio::sync::Notify,
     started: std::sync::Once,
 }
+
+/// How the driver thread is waiting.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sleep {
+    /// Driving, or about to.
+    Awake,
+    /// Looking again every [`DRIVER_TICK`]: calls are in flight while a host drives, or were
+    /// until less than [`DRIVER_LINGER_TICKS`] ticks ago.
+    Ticking,
+    /// Until a call is started.
+    Asleep,
+}
+
+/// How often a ticking driver looks again.
+const DRIVER_TICK: Duration = Duration::from_millis(1);
+
+/// Ticks with no call in flight before the driver sleeps until the next start: a host starting
+/// calls one after another then never pays a wake-up per start.
+const DRIVER_LINGER_TICKS: u32 = 8;
 
 static RUNTIME: PerProcess<LibraryRuntime> = PerProcess::new();
 
@@ -80,12 +117,14 @@ fn library() -> Result<&'static LibraryRuntime, Error> {
         || {
             Ok(LibraryRuntime {
                 runtime: std::mem::ManuallyDrop::new(build()?),
-                active_calls: AtomicUsize::new(0),
+                hosts_driving: AtomicUsize::new(0),
                 driver: Driver {
                     in_flight: AtomicUsize::new(0),
+                    descriptor_watched: AtomicBool::new(false),
+                    driving: AtomicBool::new(false),
+                    sleep: std::sync::Mutex::new(Sleep::Awake),
                     wake: std::sync::Condvar::new(),
-                    sleeping: std::sync::Mutex::new(false),
-                    drained: tokio::sync::Notify::new(),
+                    step_aside: tokio::sync::Notify::new(),
                     started: std::sync::Once::new(),
                 },
             })
@@ -123,7 +162,7 @@ where
 {
     let library = library()?;
     let runtime = &library.runtime;
-    let _active = ActiveCall::begin(&library.active_calls);
+    let _host = HostDriving::begin(library);
     if tokio::runtime::Handle::try_current().is_err() {
         return Ok(runtime.block_on(future));
     }
@@ -144,9 +183,62 @@ where
     })
 }
 
-/// Starts `future` on the library's runtime without blocking; the driver thread runs it (see
-/// [`Driver`]). Returns the task's abort handle: aborting drops the future (an RPC's HTTP/2
-/// stream is then reset).
+/// As [`block_on`], for a call whose future owns what it uses (a poll, a stop). While other
+/// host threads are in the library, the call is not polled on this thread: it is spawned onto
+/// the runtime, so that only the thread driving touches the connection's HTTP/2 state (polled
+/// from many waiting threads, its lock and wake-ups are contended), and this thread waits for
+/// the task's result, taking the driving over when it comes free.
+pub(crate) fn block_on_call<F>(future: F) -> Result<F::Output, Error>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let library = library()?;
+    if library.hosts_driving.load(Ordering::SeqCst) == 0
+        || tokio::runtime::Handle::try_current().is_ok()
+    {
+        return block_on(future);
+    }
+    let _host = HostDriving::begin(library);
+    let task = library.runtime.spawn(future);
+    match library.runtime.block_on(task) {
+        Ok(output) => Ok(output),
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        // Never aborted, and the runtime is never shut down: not expected.
+        Err(error) => Err(Error::new(
+            ErrorKind::Transient,
+            Some(tonic::Code::Unavailable),
+            format!("the library's runtime dropped the call: {error}"),
+        )),
+    }
+}
+
+/// Spawns `future` as a started call (counted in the driver's in-flight calls) and wakes the
+/// driver if no host thread drives: at once if it sleeps until a start or the host waits on a
+/// descriptor, else it comes on its next tick.
+fn spawn_task<F>(library: &'static LibraryRuntime, future: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let driver = &library.driver;
+    driver.in_flight.fetch_add(1, Ordering::SeqCst);
+    let counted = StartedCall(driver);
+    let task = library.runtime.spawn(async move {
+        let _counted = counted;
+        future.await
+    });
+    driver.started.call_once(|| start_driver(library));
+    if library.hosts_driving.load(Ordering::SeqCst) == 0 {
+        driver.wake_unless_awake(driver.descriptor_watched.load(Ordering::Relaxed));
+    }
+    task
+}
+
+/// Starts `future` on the library's runtime without blocking. It runs on whichever thread
+/// drives the runtime: a host thread in a blocking call or in `wool_queue_next`, or else the
+/// driver thread (see [`Driver`]). Returns the task's abort handle: aborting drops the future
+/// (an RPC's HTTP/2 stream is then reset).
 ///
 /// Errors: as [`block_on`]'s runtime start.
 pub(crate) fn spawn<F>(future: F) -> Result<tokio::task::AbortHandle, Error>
@@ -154,23 +246,58 @@ where
     F: Future<Output = ()> + Send + 'static,
 {
     let library = library()?;
-    let driver = &library.driver;
-    driver.in_flight.fetch_add(1, Ordering::AcqRel);
-    let counted = StartedCall(driver);
-    let task = library.runtime.spawn(async move {
-        let _counted = counted;
-        future.await;
-    });
-    driver.started.call_once(|| start_driver(library));
-    let mut sleeping = driver
-        .sleeping
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if *sleeping {
-        *sleeping = false;
-        driver.wake.notify_one();
+    Ok(spawn_task(library, future).abort_handle())
+}
+
+/// Notes that a host waits on a queue's descriptor in its own loop (see
+/// [`Driver::descriptor_watched`]).
+///
+/// Errors: as [`block_on`]'s runtime start.
+pub(crate) fn descriptor_watched() -> Result<(), Error> {
+    library()?
+        .driver
+        .descriptor_watched
+        .store(true, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Drives the runtime on the calling thread until `done` resolves (a wait in
+/// `wool_queue_next`), counting as a host thread driving. `None` when the caller is inside
+/// another tokio runtime, where it cannot drive: it must wait by other means.
+///
+/// Errors: as [`block_on`]'s runtime start.
+pub(crate) fn drive_until<F: Future>(done: F) -> Result<Option<F::Output>, Error> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Ok(None);
     }
-    Ok(task.abort_handle())
+    let library = library()?;
+    let _host = HostDriving::begin(library);
+    Ok(Some(library.runtime.block_on(done)))
+}
+
+/// A few turns of the runtime: each yield lets it poll its I/O driver and timers and run the
+/// tasks they wake.
+async fn turns() {
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+}
+
+impl Driver {
+    /// Wakes the driver thread if it sleeps until a start, or (`urgent`) if it ticks.
+    fn wake_unless_awake(&self, urgent: bool) {
+        let mut sleep = self.lock_sleep();
+        if *sleep == Sleep::Asleep || (urgent && *sleep == Sleep::Ticking) {
+            *sleep = Sleep::Awake;
+            self.wake.notify_one();
+        }
+    }
+
+    fn lock_sleep(&self) -> std::sync::MutexGuard<'_, Sleep> {
+        self.sleep
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 /// Counts one started call until its future is dropped (finished or aborted).
@@ -178,57 +305,86 @@ struct StartedCall(&'static Driver);
 
 impl Drop for StartedCall {
     fn drop(&mut self) {
-        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.drained.notify_one();
+        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1
+            && self.0.driving.load(Ordering::Acquire)
+        {
+            self.0.step_aside.notify_one();
         }
     }
 }
 
-/// The driver thread: drives the runtime while started calls are in flight, sleeps otherwise.
+/// The driver thread: drives the runtime while started calls are in flight and no host thread
+/// drives it; ticks while a host drives or calls were in flight moments ago; sleeps otherwise.
 fn start_driver(library: &'static LibraryRuntime) {
     let driver = &library.driver;
+    let hosts = &library.hosts_driving;
+    let wanted =
+        move || driver.in_flight.load(Ordering::SeqCst) > 0 && hosts.load(Ordering::SeqCst) == 0;
     let started = std::thread::Builder::new()
         .name("wool-driver".into())
         .spawn(move || loop {
+            {
+                let mut sleep = driver.lock_sleep();
+                let mut quiet_ticks = 0;
+                while !wanted() {
+                    if driver.in_flight.load(Ordering::SeqCst) > 0 {
+                        quiet_ticks = 0;
+                    } else {
+                        quiet_ticks += 1;
+                    }
+                    sleep = if quiet_ticks > DRIVER_LINGER_TICKS {
+                        *sleep = Sleep::Asleep;
+                        driver
+                            .wake
+                            .wait_while(sleep, |sleep| *sleep == Sleep::Asleep)
+                            .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    } else {
+                        *sleep = Sleep::Ticking;
+                        driver
+                            .wake
+                            .wait_timeout(sleep, DRIVER_TICK)
+                            .unwrap_or_else(|poisoned| poisoned.into_inner())
+                            .0
+                    };
+                }
+                *sleep = Sleep::Awake;
+            }
+            driver.driving.store(true, Ordering::SeqCst);
             library.runtime.block_on(async {
-                while driver.in_flight.load(Ordering::Acquire) > 0 {
+                while wanted() {
                     // A bounded wait: a wake-up lost to a race costs at most this long.
-                    let _ =
-                        tokio::time::timeout(Duration::from_millis(100), driver.drained.notified())
-                            .await;
+                    let _ = tokio::time::timeout(
+                        Duration::from_millis(100),
+                        driver.step_aside.notified(),
+                    )
+                    .await;
                 }
             });
-            let mut sleeping = driver
-                .sleeping
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            *sleeping = true;
-            while *sleeping && driver.in_flight.load(Ordering::Acquire) == 0 {
-                sleeping = driver
-                    .wake
-                    .wait(sleeping)
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-            }
-            *sleeping = false;
+            driver.driving.store(false, Ordering::SeqCst);
         });
     if let Err(error) = started {
-        tracing::error!("libwool: cannot start the driver thread ({error}); started calls wait for the next blocking call or housekeeping turn");
+        tracing::error!("libwool: cannot start the driver thread ({error}); started calls wait for the next blocking call, wool_queue_next or housekeeping turn");
     }
 }
 
-/// Counts one blocking call for as long as it lives (a panic included).
-struct ActiveCall(&'static AtomicUsize);
+/// Counts one host thread driving the runtime for as long as it lives (a panic included), and
+/// tells the driver thread to step aside when it is the first.
+struct HostDriving(&'static LibraryRuntime);
 
-impl ActiveCall {
-    fn begin(calls: &'static AtomicUsize) -> Self {
-        calls.fetch_add(1, Ordering::Relaxed);
-        ActiveCall(calls)
+impl HostDriving {
+    fn begin(library: &'static LibraryRuntime) -> Self {
+        if library.hosts_driving.fetch_add(1, Ordering::SeqCst) == 0
+            && library.driver.driving.load(Ordering::SeqCst)
+        {
+            library.driver.step_aside.notify_one();
+        }
+        HostDriving(library)
     }
 }
 
-impl Drop for ActiveCall {
+impl Drop for HostDriving {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.hosts_driving.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -249,14 +405,11 @@ fn start_housekeeper() {
             let Some(library) = RUNTIME.get() else {
                 continue;
             };
-            if library.active_calls.load(Ordering::Relaxed) == 0 {
-                // Each yield lets the runtime poll its I/O driver and timers and run the tasks
-                // they wake (a connection task reading a GOAWAY, then closing).
-                library.runtime.block_on(async {
-                    for _ in 0..4 {
-                        tokio::task::yield_now().await;
-                    }
-                });
+            if library.hosts_driving.load(Ordering::Relaxed) == 0
+                && !library.driver.driving.load(Ordering::Relaxed)
+            {
+                // A connection task reading a GOAWAY, then closing, a started call's answer.
+                library.runtime.block_on(turns());
             }
         });
     if let Err(error) = started {
@@ -275,6 +428,93 @@ mod tests {
             block_on(async { std::thread::current().id() }).unwrap(),
             caller
         );
+    }
+
+    #[test]
+    fn a_host_thread_waiting_runs_started_calls_itself() {
+        // The started call outlives the host's entry into the wait: from then on it runs on the
+        // waiting thread, the driver thread having stepped aside.
+        // (Other tests of this process may be host threads in the library at that moment too:
+        // any host thread may run it, never the driver.)
+        let (ran_on_tx, ran_on) = tokio::sync::oneshot::channel();
+        spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let _ = ran_on_tx.send(std::thread::current().name().map(str::to_owned));
+        })
+        .unwrap();
+        let ran_on = drive_until(ran_on)
+            .unwrap()
+            .expect("not inside a runtime")
+            .unwrap();
+        assert_ne!(ran_on.as_deref(), Some("wool-driver"));
+    }
+
+    /// Runs `body` while a host thread is in the library driving, so that blocking calls made
+    /// meanwhile take the path of many callers at once.
+    fn while_a_host_drives<T>(body: impl FnOnce() -> T) -> T {
+        let (release_tx, release) = tokio::sync::oneshot::channel::<()>();
+        let host = std::thread::spawn(move || drive_until(release).unwrap());
+        let library = library().unwrap();
+        while library.hosts_driving.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        let output = body();
+        release_tx.send(()).unwrap();
+        host.join().unwrap();
+        output
+    }
+
+    #[test]
+    fn many_threads_blocking_at_once_each_get_their_own_answer() {
+        let answers = while_a_host_drives(|| {
+            let callers: Vec<_> = (0..64)
+                .map(|caller| {
+                    std::thread::spawn(move || {
+                        block_on_call(async move {
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                            (caller, std::thread::current().id())
+                        })
+                        .unwrap()
+                    })
+                })
+                .collect();
+            callers
+                .into_iter()
+                .map(|caller| (caller.thread().id(), caller.join().unwrap()))
+                .collect::<Vec<_>>()
+        });
+        for (index, (thread, (caller, polled_on))) in answers.into_iter().enumerate() {
+            assert_eq!(caller, index);
+            // Spawned, not polled on the caller's thread: the driving thread ran it.
+            assert_ne!(polled_on, thread);
+        }
+    }
+
+    #[test]
+    fn a_panic_in_a_call_among_many_resumes_on_its_caller() {
+        let outcome = while_a_host_drives(|| {
+            std::thread::spawn(|| {
+                std::panic::catch_unwind(|| block_on_call(async { panic!("inside the call") }))
+            })
+            .join()
+            .unwrap()
+        });
+        let panic = outcome.expect_err("the panic reaches the caller");
+        assert_eq!(panic.downcast_ref::<&str>(), Some(&"inside the call"));
+    }
+
+    #[test]
+    fn started_calls_run_while_no_host_thread_waits() {
+        let (ran_on_tx, ran_on) = std::sync::mpsc::channel();
+        spawn(async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let _ = ran_on_tx.send(std::thread::current().name().map(str::to_owned));
+        })
+        .unwrap();
+        // This thread never enters the library: the call runs all the same (on the driver, or
+        // on another test's thread that happens to be in the library then).
+        let ran_on = ran_on.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_ne!(ran_on, std::thread::current().name().map(str::to_owned));
     }
 
     #[test]
