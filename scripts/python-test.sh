@@ -3,8 +3,8 @@
 # exist, and run the Python binding's tests (bindings/python/tests) against real workers:
 # libwool's reference worker and real Wool 0.15.7 / 0.13.1 workers. Among them
 # test_install.py (marker `install`) pip-installs bindings/python into a fresh venv, which
-# builds the wheel with the library bundled (setuptools-rust, from PyPI), and uses it from
-# outside the repository.
+# builds the wheel with the library bundled (setuptools-rust, from PyPI), checks that the
+# bundled library is stripped, and uses it from outside the repository.
 #
 #   scripts/python-test.sh [PYTEST ARGS...]      e.g. -k tls, -x, -v, -m 'not install'
 #

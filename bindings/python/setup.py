@@ -16,8 +16,15 @@ Why setuptools-rust (with ``Binding.NoBinding``) rather than maturin:
   workspace member or build script added to it: setuptools-rust is given
   ``../../capi/Cargo.toml`` as a path and runs ``cargo rustc --lib --crate-type cdylib``
   on it, in the workspace's target directory.
-* The bundled library is stripped of its symbols (``Strip.All``: what hosts load needs only
-  the exported ``wool_*`` ones); the unstripped library stays in ``target/``.
+* The bundled library is stripped of its symbol table and debug info (``strip --strip-all``
+  on the copy in the package, by ``build_rust`` below, for every build): what hosts load
+  needs only the exported ``wool_*`` symbols, which are dynamic ones and stay. The unstripped
+  library, debug info included, stays in ``target/`` (the release profile keeps line tables:
+  ``debug = 1``). setuptools-rust's own ``Strip.All`` is not enough: it runs ``strip -x``,
+  which keeps the symbol table's global symbols; it is skipped for a debug build
+  (``build_ext --debug`` or ``--inplace``); and a ``strip`` that fails (the host's ``strip``
+  on a cross-compiled library) is ignored: the library then ships with all its symbols and
+  debug info (tens of MB).
 * Build time: both just run cargo. setuptools-rust builds only the cdylib (no rlib or
   staticlib) and, like cargo, puts it in the crate's own target directory (the repository's
   ``target/``, or $CARGO_TARGET_DIR), so a second install, or one after a cargo build of
@@ -33,12 +40,16 @@ directory alone cannot, which is said plainly below rather than failing inside c
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 from setuptools import setup
 from setuptools_rust import Binding, RustExtension, Strip
+from setuptools_rust import build_rust as _build_rust
 
 HERE = Path(__file__).resolve().parent
 CARGO_TOML = HERE.parents[1] / "capi" / "Cargo.toml"  # bindings/python -> the C ABI package
@@ -62,8 +73,44 @@ def crate_version() -> str:
     return version.group(1)
 
 
+class build_rust(_build_rust):
+    """setuptools-rust's build_rust, then the library copied into the package stripped of its
+    symbol table and debug info, on ELF platforms: ``--strip-all`` by the first of $STRIP (a
+    cross toolchain's), ``strip`` and ``llvm-strip`` that succeeds; the dynamic symbols (the
+    exported ``wool_*`` ones) stay. None found: a warning, the library bundled as built; all
+    failing: an error. macOS keeps setuptools-rust's ``strip -x`` (``Strip.All``: a dylib's
+    debug info is not in it), Windows its separate .pdb."""
+
+    def install_extension(self, ext, dylib_paths, build_artifact_dir) -> None:
+        super().install_extension(ext, dylib_paths, build_artifact_dir)
+        if sys.platform in ("win32", "darwin"):
+            return
+        names = [os.environ.get("STRIP", ""), "strip", "llvm-strip"]
+        tools = list(dict.fromkeys(t for t in map(shutil.which, filter(None, names)) if t))
+        for module_name, _ in dylib_paths:
+            path = Path(self.get_dylib_ext_path(ext, module_name or ext.name))
+            if not tools:
+                print(f"libwool: warning: no strip found (binutils, llvm-strip, $STRIP): {path} "
+                      "is bundled unstripped, with its symbol table and debug info",
+                      file=sys.stderr)
+                continue
+            before, failures = path.stat().st_size, []
+            for tool in tools:
+                done = subprocess.run([tool, "--strip-all", str(path)], capture_output=True,
+                                      text=True)
+                if done.returncode == 0:
+                    print(f"libwool: stripped {path} ({tool}): {before:,} -> "
+                          f"{path.stat().st_size:,} bytes", file=sys.stderr)
+                    break
+                failures.append(f"{tool}: {done.stderr.strip() or done.returncode}")
+            else:
+                sys.exit(f"libwool: could not strip {path}: " + "; ".join(failures)
+                         + " (set STRIP to a strip for the library's target)")
+
+
 setup(
     version=crate_version(),
+    cmdclass={"build_rust": build_rust},
     rust_extensions=[
         RustExtension(
             "libwool._libwool",

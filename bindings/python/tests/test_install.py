@@ -1,6 +1,7 @@
 """`pip install bindings/python` as a stranger would do it: a fresh virtual environment, the
 package built from this checkout (setuptools-rust compiles libwool's cdylib and bundles it in
-the wheel), then a script run from outside the repository with no LIBWOOL_PATH.
+the wheel), then a script run from outside the repository with no LIBWOOL_PATH; the library
+bundled must be stripped (no symbol table, no debug sections: setup.py's build_rust).
 
 Marked ``install`` (select with ``-m install``, skip with ``-m 'not install'``). Needs cargo
 and PyPI (the build backend, pinned in pyproject.toml, comes from there).
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -59,6 +61,27 @@ def clean_environment() -> dict[str, str]:
     }
     env.setdefault("SETUPTOOLS_RUST_CARGO_PROFILE", "dev")  # tests: a quick unoptimised build
     return env
+
+
+def elf_section_names(path: Path) -> list[str] | None:
+    """The section names of the ELF file at `path` (None when it is not ELF), read from its
+    section headers and their string table."""
+    data = path.read_bytes()
+    if data[:4] != b"\x7fELF":
+        return None
+    wide, order = data[4] == 2, "<" if data[5] == 1 else ">"
+    if wide:  # ELF64: e_shoff at 0x28; e_shentsize, e_shnum, e_shstrndx at 0x3A
+        (shoff,) = struct.unpack_from(order + "Q", data, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from(order + "HHH", data, 0x3A)
+        fields = order + "IIQQQQ"
+    else:  # ELF32: e_shoff at 0x20; the three at 0x2E
+        (shoff,) = struct.unpack_from(order + "I", data, 0x20)
+        shentsize, shnum, shstrndx = struct.unpack_from(order + "HHH", data, 0x2E)
+        fields = order + "IIIIII"
+    # (sh_name, sh_type, sh_flags, sh_addr, sh_offset, sh_size) of each section
+    headers = [struct.unpack_from(fields, data, shoff + i * shentsize) for i in range(shnum)]
+    strtab = data[headers[shstrndx][4]:headers[shstrndx][4] + headers[shstrndx][5]]
+    return [strtab[h[0]:strtab.index(b"\0", h[0])].decode() for h in headers]
 
 
 def run(argv, *, timeout: float, **kwargs) -> subprocess.CompletedProcess[str]:
@@ -120,6 +143,15 @@ def test_pip_install_bundles_libwool_and_polls_a_worker_from_outside_the_reposit
     assert library.parent == package, library
     assert library.name.startswith("_libwool."), library
     assert not library.is_relative_to(ROOT), library
+    # The bundled library is stripped (setup.py's build_rust, whatever the cargo profile): no
+    # symbol table, no debug info; its dynamic symbols (the exported wool_* ones) stay.
+    sections = elf_section_names(library)
+    if sections is not None:
+        print(f"bundled {library.name}: {library.stat().st_size:,} bytes")
+        unstripped = [s for s in sections if s == ".symtab" or s.startswith((".debug", ".zdebug"))]
+        assert not unstripped, f"{library} ({library.stat().st_size:,} bytes) is not stripped: " \
+            f"it has {', '.join(unstripped)}"
+        assert ".dynsym" in sections, sections
     assert not any(Path(p).resolve().is_relative_to(ROOT) for p in seen["sys.path"] if p), (
         "the repository is on the venv's sys.path", seen["sys.path"])
     # The bundled library is the crate's, at the crate's version.
