@@ -10,7 +10,6 @@ use h2::client::SendRequest;
 
 use super::config::Keepalive;
 use super::dial::Connection;
-use super::keepalive::keep_alive;
 
 /// An open HTTP/2 connection: the handle to start streams on, what the connection task and the
 /// calls know about it, and the task itself.
@@ -45,6 +44,8 @@ pub(super) struct ConnectionState {
     pub(super) pings_without_data: AtomicU32,
     /// The keepalive settings in force, if any (what the timeout message reports).
     pub(super) keepalive: Option<Keepalive>,
+    /// The keepalive task, if there is one: the connection task aborts it as it ends.
+    pub(super) keepalive_task: OnceLock<tokio::task::AbortHandle>,
 }
 
 impl Open {
@@ -77,35 +78,29 @@ impl Open {
     }
 }
 
-/// The connection task: drives the HTTP/2 connection, and the keepalive beside it. When a PING
-/// goes unanswered the connection is dropped, which fails every call on it (as
-/// [`Cause::KeepaliveTimeout`](crate::connection::error::Cause::KeepaliveTimeout)).
+/// The connection task: drives the HTTP/2 connection until it ends, then stops its keepalive
+/// task. A PING that goes unanswered aborts this task (see
+/// [`keepalive_task`](super::keepalive::keepalive_task)): the connection is dropped, which fails
+/// every call on it.
 pub(super) async fn drive(
     mut connection: Connection,
-    ping_pong: Option<h2::PingPong>,
     state: Arc<ConnectionState>,
     interval_ms: Arc<AtomicU64>,
 ) {
     // Marks the connection ended however this task ends, also when it is dropped unfinished
-    // (the runtime it was spawned on shut down): the next call then dials anew.
+    // (aborted by the keepalive, or the runtime it was spawned on shut down): the next call
+    // then dials anew. The keepalive task ends with it.
     struct Ended(Arc<ConnectionState>);
     impl Drop for Ended {
         fn drop(&mut self) {
             self.0.ended.store(true, Ordering::Release);
+            if let Some(keepalive) = self.0.keepalive_task.get() {
+                keepalive.abort();
+            }
         }
     }
     let _ended = Ended(Arc::clone(&state));
-    let ended = match (state.keepalive, ping_pong) {
-        (Some(settings), Some(ping_pong)) => tokio::select! {
-            ended = &mut connection => ended,
-            () = keep_alive(ping_pong, settings, &state, &interval_ms) => {
-                state.keepalive_expired.store(true, Ordering::Release);
-                tracing::debug!(target = %state.target, "keepalive PING unanswered: closing the connection");
-                Ok(())
-            }
-        },
-        _ => (&mut connection).await,
-    };
+    let ended = (&mut connection).await;
     drop(connection);
     if let Err(error) = ended {
         tracing::debug!(target = %state.target, "worker connection ended: {error}");

@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use tokio_rustls::TlsConnector;
 use super::config::ChannelConfig;
 use super::connection::{drive, ConnectionState, Open};
 use super::failure::{io_failure, tls_handshake_failure, tls_rejection};
+use super::keepalive::keepalive_task;
 use crate::connection::error::{Cause, TransportFailure};
 use crate::connection::transport::{Socket, TlsSocket};
 
@@ -134,13 +135,27 @@ pub(super) async fn dial(
         calls: AtomicUsize::new(0),
         pings_without_data: AtomicU32::new(0),
         keepalive: config.keepalive,
+        keepalive_task: OnceLock::new(),
     });
     let task = tokio::spawn(drive(
         connection,
-        ping_pong,
         Arc::clone(&state),
-        interval_ms,
+        Arc::clone(&interval_ms),
     ));
+    if let (Some(settings), Some(ping_pong)) = (config.keepalive, ping_pong) {
+        let keepalive = tokio::spawn(keepalive_task(
+            ping_pong,
+            settings,
+            Arc::clone(&state),
+            interval_ms,
+            task.abort_handle(),
+        ));
+        let _ = state.keepalive_task.set(keepalive.abort_handle());
+        // The connection may have ended before the handle was there to abort.
+        if state.ended.load(Ordering::Acquire) {
+            keepalive.abort();
+        }
+    }
     Ok(Open {
         send,
         state,

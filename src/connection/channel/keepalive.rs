@@ -41,16 +41,43 @@ impl Drop for CallOnConnection {
     }
 }
 
-/// Sends a PING every interval and waits up to the timeout for its ack; returns when one goes
-/// unanswered. Respects `without_calls` and `max_pings_without_data` as gRPC's client does.
-pub(super) async fn keep_alive(
+/// The keepalive task of one connection: sends a PING every interval and waits up to the
+/// timeout for its ack. When one goes unanswered it marks the connection's keepalive expired
+/// and ends the connection task (`connection`), which fails every call on it (as
+/// [`Cause::KeepaliveTimeout`](crate::connection::error::Cause::KeepaliveTimeout)). Returns
+/// once the connection has ended otherwise; the connection task also aborts it as it ends.
+///
+/// A task of its own rather than a branch beside the connection future: the connection task
+/// runs several times a call, and a branch there would poll the PING timer each time; this
+/// task only wakes when the timer fires.
+pub(super) async fn keepalive_task(
+    ping_pong: h2::PingPong,
+    settings: Keepalive,
+    state: Arc<ConnectionState>,
+    interval_ms: Arc<AtomicU64>,
+    connection: tokio::task::AbortHandle,
+) {
+    if keep_alive(ping_pong, settings, &state, &interval_ms).await {
+        state.keepalive_expired.store(true, Ordering::Release);
+        tracing::debug!(target = %state.target, "keepalive PING unanswered: closing the connection");
+        connection.abort();
+    }
+}
+
+/// Sends a PING every interval and waits up to the timeout for its ack: `true` when one goes
+/// unanswered, `false` when the connection ended first. Respects `without_calls` and
+/// `max_pings_without_data` as gRPC's client does.
+async fn keep_alive(
     mut ping_pong: h2::PingPong,
     settings: Keepalive,
     state: &ConnectionState,
     interval_ms: &AtomicU64,
-) {
+) -> bool {
     loop {
         tokio::time::sleep(Duration::from_millis(interval_ms.load(Ordering::Relaxed))).await;
+        if state.ended.load(Ordering::Acquire) {
+            return false;
+        }
         if !settings.without_calls && state.calls.load(Ordering::Relaxed) == 0 {
             continue;
         }
@@ -60,9 +87,9 @@ pub(super) async fn keep_alive(
         }
         match tokio::time::timeout(settings.timeout, ping_pong.ping(h2::Ping::opaque())).await {
             Ok(Ok(_pong)) => {}
-            // The connection is ending anyway; the connection future reports why.
-            Ok(Err(_)) => return std::future::pending().await,
-            Err(_elapsed) => return,
+            // The connection is ending anyway; the connection task reports why.
+            Ok(Err(_)) => return false,
+            Err(_elapsed) => return true,
         }
     }
 }
