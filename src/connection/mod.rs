@@ -403,9 +403,43 @@ const MAX_GRPC_TIMEOUT: Duration = Duration::from_secs(99_999_999 * 3600);
 fn request<T>(message: T, timeout: Option<Duration>) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     if let Some(timeout) = timeout.filter(|t| *t <= MAX_GRPC_TIMEOUT) {
-        request.set_timeout(timeout); // tells the worker (grpc-timeout); enforced locally too
+        // Tells the worker (grpc-timeout); enforced locally too.
+        request
+            .metadata_mut()
+            .insert("grpc-timeout", grpc_timeout(timeout));
     }
     request
+}
+
+/// The `grpc-timeout` value for `timeout` (at most [`MAX_GRPC_TIMEOUT`]), byte for byte what
+/// tonic's `Request::set_timeout` writes — the finest unit that keeps the number within 8
+/// digits — without its `format!` and parse: this runs on every call that has a deadline.
+fn grpc_timeout(timeout: Duration) -> tonic::metadata::AsciiMetadataValue {
+    const MAX: u128 = 99_999_999;
+    let seconds = u128::from(timeout.as_secs());
+    let (mut value, unit) = [
+        (timeout.as_nanos(), b'n'),
+        (timeout.as_micros(), b'u'),
+        (timeout.as_millis(), b'm'),
+        (seconds, b'S'),
+        (seconds / 60, b'M'),
+    ]
+    .into_iter()
+    .find(|(value, _)| *value <= MAX)
+    .unwrap_or((seconds / 3600, b'H'));
+    let mut text = [0u8; 9];
+    let mut start = 8;
+    text[8] = unit;
+    loop {
+        start -= 1;
+        text[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    tonic::metadata::AsciiMetadataValue::try_from(&text[start..])
+        .expect("digits and a unit letter are a valid header value")
 }
 
 /// The largest answer `idle` and `stop` take: `Idle` is one double (9 bytes encoded) and
@@ -469,4 +503,37 @@ fn protocol_violation(expected: &str, got: Option<ResponsePayload>) -> Error {
 /// A task id as Wool's worker parses it: a UUID (random, version 4), in its hyphenated form.
 fn next_task_id() -> String {
     uuid::Uuid::new_v4().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn grpc_timeout_is_written_as_tonic_writes_it() {
+        let samples = [
+            Duration::from_nanos(1),
+            Duration::from_nanos(99_999_999),
+            Duration::from_nanos(100_000_000),
+            Duration::from_millis(500),
+            Duration::from_secs(10),
+            Duration::from_secs(30),
+            Duration::from_secs(3600),
+            Duration::from_secs(99_999_999),
+            Duration::from_secs(100_000_000),
+            Duration::from_secs(99_999_999 * 60 + 59),
+            Duration::from_secs(99_999_999 * 60 + 60),
+            Duration::new(123_456, 789),
+            super::MAX_GRPC_TIMEOUT,
+        ];
+        for timeout in samples {
+            let mut tonic = tonic::Request::new(());
+            tonic.set_timeout(timeout);
+            assert_eq!(
+                Some(&super::grpc_timeout(timeout)),
+                tonic.metadata().get("grpc-timeout"),
+                "{timeout:?}"
+            );
+        }
+    }
 }

@@ -80,13 +80,13 @@ pub(super) enum Refused {
 /// encoding, and the status of a trailers-only answer. Without the header tonic takes what it
 /// can; a message actually compressed is refused by [`MessageSizes`] as a protocol failure.
 pub(super) fn unoffered_encoding(headers: &mut http::HeaderMap) -> Option<String> {
-    const ENCODING: &str = "grpc-encoding";
-    let encoding = headers.get(ENCODING)?;
+    static ENCODING: http::HeaderName = http::HeaderName::from_static("grpc-encoding");
+    let encoding = headers.get(&ENCODING)?;
     if encoding.as_bytes() == b"identity" {
         return None;
     }
     let name = String::from_utf8_lossy(encoding.as_bytes()).into_owned();
-    headers.remove(ENCODING);
+    headers.remove(&ENCODING);
     Some(name)
 }
 

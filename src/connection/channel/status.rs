@@ -18,27 +18,32 @@ use super::percent::{percent_decode, percent_encoded};
 ///   the worker sent, ahead of the worker's own message.
 pub(super) fn readable_status(headers: &mut http::HeaderMap) {
     use base64::Engine;
-    const DETAILS: &str = "grpc-status-details-bin";
-    const MESSAGE: &str = "grpc-message";
-    const STATUS: &str = "grpc-status";
+    use http::HeaderName;
+    // Names, not strings: a lookup by a string parses it into a name first, on every call.
+    static DETAILS: HeaderName = HeaderName::from_static("grpc-status-details-bin");
+    static MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+    static STATUS: HeaderName = HeaderName::from_static("grpc-status");
+    if headers.is_empty() {
+        return;
+    }
     // tonic decodes the details with the standard alphabet, padding optional.
     let decodes = |value: &http::HeaderValue| {
         base64::engine::general_purpose::STANDARD_PAD_INDIFFERENT
             .decode(value.as_bytes())
             .is_ok()
     };
-    if headers.get(DETAILS).is_some_and(|value| !decodes(value)) {
+    if headers.get(&DETAILS).is_some_and(|value| !decodes(value)) {
         tracing::debug!("the worker's {DETAILS} is not base64: dropped");
-        headers.remove(DETAILS);
+        headers.remove(&DETAILS);
     }
-    if let Some(message) = headers.get(MESSAGE) {
+    if let Some(message) = headers.get(&MESSAGE) {
         let decoded = percent_decode(message.as_bytes());
         if std::str::from_utf8(&decoded).is_err() {
             let lossy = String::from_utf8_lossy(&decoded).into_owned();
-            headers.insert(MESSAGE, percent_encoded(&lossy));
+            headers.insert(MESSAGE.clone(), percent_encoded(&lossy));
         }
     }
-    let Some(status) = headers.get(STATUS) else {
+    let Some(status) = headers.get(&STATUS) else {
         return;
     };
     let code = status.as_bytes();
@@ -49,14 +54,14 @@ pub(super) fn readable_status(headers: &mut http::HeaderMap) {
         "the worker sent grpc-status \"{}\", which is no gRPC status code (read as UNKNOWN)",
         code.escape_ascii()
     );
-    if let Some(own) = headers.get(MESSAGE) {
+    if let Some(own) = headers.get(&MESSAGE) {
         let own = String::from_utf8_lossy(&percent_decode(own.as_bytes())).into_owned();
         if !own.is_empty() {
             message = format!("{message}: {own}");
         }
     }
-    headers.insert(STATUS, http::HeaderValue::from_static("2"));
-    headers.insert(MESSAGE, percent_encoded(&message));
+    headers.insert(STATUS.clone(), http::HeaderValue::from_static("2"));
+    headers.insert(MESSAGE.clone(), percent_encoded(&message));
 }
 
 #[cfg(test)]
