@@ -300,27 +300,56 @@ where
 
 /// A complete gRPC response carrying `Idle { seconds }`.
 fn idle_response(seconds: f64) -> http::Response<tonic::body::Body> {
-    use http_body::Frame;
-    let message = prost::Message::encode_to_vec(&Idle { seconds });
-    let mut framed = Vec::with_capacity(5 + message.len());
+    let idle = Idle { seconds };
+    let length = prost::Message::encoded_len(&idle);
+    let mut framed = Vec::with_capacity(5 + length);
     framed.push(0); // not compressed
-    framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    framed.extend_from_slice(&message);
-    let mut trailers = http::HeaderMap::new();
-    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-    let frames = [
-        Frame::data(bytes::Bytes::from(framed)),
-        Frame::trailers(trailers),
-    ];
-    let body = http_body_util::StreamBody::new(futures_util::stream::iter(
-        frames.map(Ok::<_, std::convert::Infallible>),
-    ));
+    framed.extend_from_slice(&(length as u32).to_be_bytes());
+    prost::Message::encode_raw(&idle, &mut framed);
+    let body = IdleBody {
+        data: Some(bytes::Bytes::from(framed)),
+        trailers: true,
+    };
     let mut response = http::Response::new(tonic::body::Body::new(body));
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/grpc"),
     );
     response
+}
+
+/// The body of an `idle` answer: its one framed message, then the trailers `grpc-status: 0`.
+/// Both are ready at once, so the HTTP/2 server sends HEADERS, DATA and trailers in one write.
+struct IdleBody {
+    data: Option<bytes::Bytes>,
+    trailers: bool,
+}
+
+impl http_body::Body for IdleBody {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        if let Some(data) = self.data.take() {
+            return std::task::Poll::Ready(Some(Ok(http_body::Frame::data(data))));
+        }
+        if std::mem::take(&mut self.trailers) {
+            let mut trailers = http::HeaderMap::with_capacity(1);
+            trailers.insert(
+                http::HeaderName::from_static("grpc-status"),
+                http::HeaderValue::from_static("0"),
+            );
+            return std::task::Poll::Ready(Some(Ok(http_body::Frame::trailers(trailers))));
+        }
+        std::task::Poll::Ready(None)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none() && !self.trailers
+    }
 }
 
 #[cfg(test)]
