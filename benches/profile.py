@@ -8,11 +8,16 @@ Run by ``PROFILE=1 scripts/bench.sh`` (or by hand, with the paths bench.sh build
 Starts its own wool-worker, then for the floor (g), the raw tonic stub (a), WorkerConnection (b)
 and wool_idle from C (c) counts, per poll, with ``perf stat`` on the client and on the worker:
 CPU time, context switches, syscalls and wake-ups. Counts, unlike latencies, barely move when
-the machine is busy, so this table is the evidence for "thread hops and wake-ups". Then records
-``perf record -g`` profiles of (a) and (c) (client and worker) and writes the top symbols.
+the machine is busy, so this table is the evidence for "thread hops and wake-ups". Then, for
+(a), (b) and (c), the exact per-poll counts of each side (benches/pollcount.py: differences of
+runs with two poll counts): instructions and allocations (callgrind), syscalls, writes, reads,
+context switches (perf tracepoints), user CPU, and hardware instructions where the machine
+exposes them. Then records ``perf record -g`` profiles of (a) and (c) (client and worker) and
+writes the top symbols.
 
-Output: target/bench/profile.md (the table + top symbols), target/bench/prof/*.data and
-*.txt. Needs perf (``perf stat -e instructions true`` must work). Not a test.
+Output: target/bench/profile.md (the tables + top symbols), target/bench/profile.json,
+target/bench/prof/*.data and *.txt. Needs perf (``perf stat -e task-clock true`` must work);
+valgrind for instructions and allocations. Not a test.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 
+import pollcount  # exact per-poll counts, each side: callgrind, perf tracepoints
 from run import latency, parse_output  # the drivers print raw samples; run.py summarises them
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,9 +151,9 @@ def main() -> int:
     if cpus and int(max(cpus)) >= (os.cpu_count() or 1):
         cpus = None
     PROF.mkdir(parents=True, exist_ok=True)
-    if subprocess.run(["perf", "stat", "-e", "instructions", "true"], capture_output=True
+    if subprocess.run(["perf", "stat", "-e", "task-clock", "true"], capture_output=True
                       ).returncode != 0:
-        log("perf does not work here (perf stat -e instructions true failed): skipping")
+        log("perf does not work here (perf stat -e task-clock true failed): skipping")
         return 0
     n, warm = args.n, 1000
     calls = n + warm
@@ -175,6 +181,14 @@ def main() -> int:
             argv = argv if key == "g" else pin + argv
             rows[key] = counted(argv, worker.pid if has_worker else -1, calls, key)
             rows[key]["label"] = label
+        exact = {}
+        for key, label, argv, has_worker in cases:
+            if not has_worker or key == "b_mt":
+                continue
+            log(f"exact counts ({args.layout}): ({key}) {label}, client and worker")
+            template = [{addr: "{addr}", str(n): "{n}", str(warm): "100"}.get(a, a) for a in argv]
+            exact[key] = pollcount.poll_costs(template, [args.worker], cpus or (None, None))
+            exact[key]["label"] = label
         profiles = {}
         for key, argv in (("a", cases[1][2]), ("c", cases[4][2])):
             log(f"perf record -g: ({key}) client and worker")
@@ -205,10 +219,27 @@ def main() -> int:
                   f"{r['client_wakeups']:.2f} | {w} |")
     text = (f"# Per-poll counts (perf stat), all per idle poll; layout {args.layout}\n\n" +
             "\n".join(md) + "\n")
+    text += (f"\n# Exact per-poll counts, each side; layout {args.layout}\n\nDifferences of runs "
+             "with N1 and N2 polls after the same warm-up, / (N2 - N1): instructions (user space) "
+             "and allocations (calls to malloc/calloc/realloc/posix_memalign) from callgrind, "
+             "syscalls, writes, reads and context switches from perf stat (tracepoints), user "
+             "CPU from rusage.\n\n")
+    fields = [("instructions", "{:,.0f}"), ("allocations", "{:.1f}"), ("syscalls", "{:.2f}"),
+              ("writes", "{:.2f}"), ("reads", "{:.2f}"), ("cs", "{:.2f}"), ("user_us", "{:.1f}"),
+              ("perf_instructions_u", "{:,.0f}"), ("perf_instructions", "{:,.0f}")]
+    fields = [f for f in fields if any(f"client_{f[0]}" in r for r in exact.values())]
+    text += ("| layer | side | " + " | ".join(f[0].replace("_", " ") for f in fields) + " |\n|---|---|"
+             + "--:|" * len(fields) + "\n")
+    for key, r in exact.items():
+        for side in ("client", "worker"):
+            cells = [fmt.format(r[f"{side}_{f}"]) if f"{side}_{f}" in r else "–"
+                     for f, fmt in fields]
+            text += f"| ({key}) {r['label']} | {side} | " + " | ".join(cells) + " |\n"
     for name, top in profiles.items():
         text += f"\n## perf record -g, {name}: top symbols (self time)\n\n```\n{top}\n```\n"
     (OUT / "profile.md").write_text(text)
-    (OUT / "profile.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (OUT / "profile.json").write_text(json.dumps({"perf_stat": rows, "exact": exact},
+                                                 indent=2) + "\n")
     print(text)
     return 0
 

@@ -76,6 +76,8 @@ import sys
 import time
 from pathlib import Path
 
+import pollcount  # exact per-poll counts: callgrind and perf (benches/pollcount.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "target" / "bench"
 QUICK = os.environ.get("QUICK", "0") not in ("", "0")
@@ -1250,6 +1252,12 @@ def targets(res: dict) -> list[dict]:
         ratio = seq["b"]["median_us"] / seq["b_nk"]["median_us"]
         add("keepalive on vs off: sequential (b) median", "<= 1.05x", f"{ratio:.2f}x",
             ratio <= 1.05, f"{seq['b']['median_us']:.1f} vs {seq['b_nk']['median_us']:.1f} µs")
+    ki = res.get("keepalive_instructions")
+    if ki:
+        add("keepalive on / off, instructions per poll", "<= 1.05x", f"{ki['ratio']:.3f}x",
+            ki["ratio"] <= 1.05, f"{ki['on']:,.0f} vs {ki['off']:,.0f} instructions (callgrind, "
+            f"(b) over {ki['polls']:,} polls; allocations {ki['on_allocations']:.1f} vs "
+            f"{ki['off_allocations']:.1f})")
     on, off = by(conc["rust_tasks"], 256), by(conc.get("rust_tasks_nk", []), 256)
     if on and off:
         ratio = on["polls_per_s"] / off["polls_per_s"]
@@ -1750,6 +1758,11 @@ def markdown(res: dict) -> str:
                              f"{r.get('worker_cpu_us_per_poll', '–')} |")
         lines.append("")
     lines.extend(markdown_wakeup(res))
+    ki = res.get("keepalive_instructions")
+    if ki:
+        lines.append(f"Keepalive on / off, instructions per poll of (b) (callgrind, exact): "
+                     f"**{ki['on']:,.0f} / {ki['off']:,.0f} = {ki['ratio']:.3f}×** "
+                     f"(allocations {ki['on_allocations']:.1f} / {ki['off_allocations']:.1f}).\n")
     lines.append("### 2. Concurrent polls on one connection (bursts of N; polls/s, failures)\n")
     columns = [(key, title) for key, title in CONC_COLUMNS if key in conc]
     lines.append("| N | " + " | ".join(title for _, title in columns) + " |")
@@ -1986,6 +1999,9 @@ def main() -> int:
             results["sequential_layout"] = first
             results["sequential_layouts"] = layouts
             results["cross_cpu_wakeup"] = cross_cpu_wakeup(layouts)
+            log("keepalive on / off: instructions per poll of (b) (callgrind)")
+            results["keepalive_instructions"] = pollcount.keepalive_cost(
+                str(tools["bench"]), str(args.worker))
         if want("concurrency"):
             results["concurrency"] = section_concurrency(tools, worker.address, worker)
         if want("fleet"):
@@ -2028,7 +2044,7 @@ def main() -> int:
             merged = json.loads(path.read_text())
             for key in ("sequential", "sequential_layout", "sequential_layouts", "concurrency",
                         "fleet", "memory", "dispatch", "discovery", "scaler", "tls",
-                        "cross_cpu_wakeup"):
+                        "cross_cpu_wakeup", "keepalive_instructions"):
                 if key in results:
                     merged[key] = results[key]
             merged.setdefault("remeasured", []).append(

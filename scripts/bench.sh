@@ -25,8 +25,12 @@
 #   QUICK=1 ./scripts/bench.sh    smoke run (< 1 minute once built; writes results-quick.json and
 #                                 target/bench/BENCHMARKS-quick.png, leaves BENCHMARKS.png alone)
 #   PROFILE=1 ./scripts/bench.sh  then also counts, per poll, CPU, context switches, syscalls and
-#                                 wake-ups of (g), (a), (b), (c) and the worker (perf stat), and
-#                                 records perf profiles: target/bench/profile.md (needs perf)
+#                                 wake-ups of (g), (a), (b), (c) and the worker (perf stat), the
+#                                 exact per-poll instructions, allocations, syscalls, writes,
+#                                 reads and context switches of each side (benches/pollcount.py:
+#                                 callgrind, perf tracepoints), and records perf profiles:
+#                                 target/bench/profile.md (needs perf; valgrind for the exact
+#                                 instructions and allocations)
 #   BENCH_ONLY=sequential,dispatch ./scripts/bench.sh   run some sections only (no plot); of
 #                                 BENCHMARKS.md's generated block, only those sections (fleet,
 #                                 discovery, scaler, tls) and their targets are replaced
