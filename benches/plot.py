@@ -158,8 +158,11 @@ def targets_panel(ax, targets: list[dict]) -> None:
     step = 1 / (n + 0.2)
     for i, t in enumerate(rows):
         y = 1 - (i + 0.5) * step
-        color = "#d68910" if t["met"] is None else GOOD if t["met"] else BAD
-        mark = "?" if t["met"] is None else "✔" if t["met"] else "✘"
+        # met: None = inconclusive, "n/a" = reported with no verdict, else a bool.
+        color = "#d68910" if t["met"] is None else "#777777" if t["met"] == "n/a" else \
+            GOOD if t["met"] else BAD
+        mark = "?" if t["met"] is None else "–" if t["met"] == "n/a" else \
+            "✔" if t["met"] else "✘"
         ax.text(0.0, y, mark, color=color, fontsize=15, va="center", fontweight="bold",
                 transform=ax.transAxes)
         ax.text(0.07, y + 0.3 * step, t["target"], fontsize=9, va="center",
