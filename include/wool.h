@@ -21,10 +21,10 @@
  * wool_version() for the library a program runs against. WOOL_VERSION_NUMBER is
  * MAJOR * 1000000 + MINOR * 1000 + PATCH, for #if comparisons. */
 #define WOOL_VERSION_MAJOR 0
-#define WOOL_VERSION_MINOR 4
+#define WOOL_VERSION_MINOR 5
 #define WOOL_VERSION_PATCH 0
-#define WOOL_VERSION_STRING "0.4.0"
-#define WOOL_VERSION_NUMBER (0 * 1000000 + 4 * 1000 + 0)
+#define WOOL_VERSION_STRING "0.5.0"
+#define WOOL_VERSION_NUMBER (0 * 1000000 + 5 * 1000 + 0)
 
 /**
  * wool_discover / wool_watch_new backend: the shared-memory registry on this host (Wool's
@@ -1012,6 +1012,10 @@ void wool_queue_free(wool_queue *queue);
  * triggered: it stays readable until wool_queue_next has taken them all). Watch it with epoll,
  * poll(2), select(2), libuv or asyncio's add_reader; do not read, write or close it. -1 when
  * `queue` is NULL.
+ *
+ * A host that waits on the descriptor rather than in wool_queue_next leaves the started calls
+ * to the library's driver thread; asking for a descriptor tells the library so, and from then
+ * on a start wakes that thread at once.
  *
  * # Safety
  * `queue` must be NULL or a live wool_queue.

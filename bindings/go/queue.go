@@ -27,9 +27,10 @@ import (
 // rather than on the queue's file descriptor through Go's netpoller costs that one thread but
 // needs no descriptor handed to package os (whose File closes it, which the library forbids)
 // and no reliance on how the descriptor's readiness meets the netpoller's edge-triggered
-// epoll; it relies only on wool_queue_next's documented blocking. Measured: a lone Idle costs
-// about what a C loop over wool_idle_start and wool_queue_next does (the library's driver
-// thread is the extra hop over a blocking wool_idle). Tags, not call ids, key the waiters: a
+// epoll; it relies only on wool_queue_next's documented blocking. And the thread waiting in
+// wool_queue_next drives the library's runtime itself: the calls' I/O runs on it and their
+// completions are written where it reads them, with no library thread in between, so the only
+// hand-off left per call is a Go channel send. Tags, not call ids, key the waiters: a
 // tag is chosen and registered before its call starts, so a completion can never arrive
 // before its waiter is known. The dispatcher never blocks on a send: every channel has room
 // for every completion that can be owed to it.

@@ -45,6 +45,9 @@ use libwool::process::PerProcess;
 struct LibraryRuntime {
     runtime: std::mem::ManuallyDrop<Runtime>,
     hosts_driving: AtomicUsize,
+    /// Host threads that have entered to drive, ever: the driver ticking sees from it whether a
+    /// host came and went since its last tick.
+    host_entries: AtomicUsize,
     driver: Driver,
 }
 
@@ -64,9 +67,9 @@ impl Drop for LibraryRuntime {
 /// no host thread is in the library to drive them: a thread of the library, started with the
 /// first started call, that sleeps otherwise. A host thread that enters the library to wait (a
 /// blocking call, `wool_queue_next`) takes the runtime over: the driver steps aside, and comes
-/// back within [`DRIVER_TICK`] of the last such thread leaving (the host leaving does not wake
-/// it: a host looping over `wool_queue_next` would otherwise hand the runtime over and take it
-/// back on every turn).
+/// back once a whole [`DRIVER_TICK`] has passed with no host thread entering (the host leaving
+/// does not wake it: a host looping over `wool_queue_next` would otherwise hand the runtime
+/// over and take it back on every turn).
 struct Driver {
     /// Started calls not yet finished (their futures not yet dropped).
     in_flight: AtomicUsize,
@@ -118,6 +121,7 @@ fn library() -> Result<&'static LibraryRuntime, Error> {
             Ok(LibraryRuntime {
                 runtime: std::mem::ManuallyDrop::new(build()?),
                 hosts_driving: AtomicUsize::new(0),
+                host_entries: AtomicUsize::new(0),
                 driver: Driver {
                     in_flight: AtomicUsize::new(0),
                     descriptor_watched: AtomicBool::new(false),
@@ -326,7 +330,18 @@ fn start_driver(library: &'static LibraryRuntime) {
             {
                 let mut sleep = driver.lock_sleep();
                 let mut quiet_ticks = 0;
-                while !wanted() {
+                let mut entries_seen = library.host_entries.load(Ordering::SeqCst);
+                loop {
+                    // Woken by a start (or just started), the driver drives at once; on a tick,
+                    // only if no host thread entered since the last one: a host looping over
+                    // wool_queue_next is outside the library between its turns, and is not to
+                    // have the runtime taken from under it then.
+                    let entries = library.host_entries.load(Ordering::SeqCst);
+                    let woken = *sleep == Sleep::Awake;
+                    if wanted() && (woken || entries == entries_seen) {
+                        break;
+                    }
+                    entries_seen = entries;
                     if driver.in_flight.load(Ordering::SeqCst) > 0 {
                         quiet_ticks = 0;
                     } else {
@@ -373,6 +388,7 @@ struct HostDriving(&'static LibraryRuntime);
 
 impl HostDriving {
     fn begin(library: &'static LibraryRuntime) -> Self {
+        library.host_entries.fetch_add(1, Ordering::SeqCst);
         if library.hosts_driving.fetch_add(1, Ordering::SeqCst) == 0
             && library.driver.driving.load(Ordering::SeqCst)
         {
