@@ -1235,6 +1235,16 @@ def targets(res: dict) -> list[dict]:
     add("(c) wool_idle vs raw tonic (a)", "<= 1.10x", f"{c_a:.2f}x", c_a <= 1.10)
     c_g = seq["c"]["ratio_to_g"]
     add("(c) wool_idle vs floor (g)", "<= 2.0x", f"{c_g:.2f}x", c_g <= 2.0)
+    shared = res.get("sequential_layouts", {}).get("shared")
+    if shared and "c" in shared and "g" in shared:
+        # Both processes on one CPU: no cross-CPU wake-up, so a poll's time is the CPU both
+        # sides spend on it, serialised.
+        ratio = shared["c"]["median_us"] / shared["g"]["median_us"]
+        note = f"{shared['c']['median_us']:.1f} vs {shared['g']['median_us']:.1f} µs"
+        if "h" in shared:
+            note += f"; grpc-go (h) {shared['h']['median_us'] / shared['g']['median_us']:.2f}x"
+        add("(c) wool_idle vs floor (g), shared CPU (the CPU both sides spend per poll)",
+            "<= 5x", f"{ratio:.2f}x", ratio <= 5, note)
     by = lambda rows, n: next((r for r in rows if r["concurrency"] == n), None)  # noqa: E731
     r256 = by(conc["rust_tasks"], 256)
     wool_best = max(r["polls_per_s"] for r in conc["wool_python"])
