@@ -44,19 +44,6 @@ def log(msg: str) -> None:
     print(f"[profile] {msg}", file=sys.stderr, flush=True)
 
 
-def parse_stat(path: Path) -> dict:
-    out = {}
-    for line in path.read_text().splitlines():
-        if not line or line.startswith("#"):
-            continue
-        cols = line.split(",")
-        try:
-            out[cols[2]] = float(cols[0])
-        except (ValueError, IndexError):
-            pass
-    return out
-
-
 def counted(argv: list[str], worker_pid: int, calls: int, tag: str) -> dict:
     """perf stat on the client command and, meanwhile, on the worker; per-call figures."""
     cfile, wfile = PROF / f"stat-{tag}-client.csv", PROF / f"stat-{tag}-worker.csv"
@@ -71,7 +58,7 @@ def counted(argv: list[str], worker_pid: int, calls: int, tag: str) -> dict:
     for who, f in (("client", cfile), ("worker", wfile)):
         if who == "worker" and worker_pid <= 0:
             continue
-        s = parse_stat(f)
+        s = pollcount.parse_perf(f)
         row[f"{who}_cpu_us"] = s.get("task-clock", 0) * 1e3 / calls  # task-clock is in ms
         row[f"{who}_cs"] = s.get("context-switches", 0) / calls
         row[f"{who}_syscalls"] = s.get("raw_syscalls:sys_enter", 0) / calls
