@@ -258,6 +258,12 @@ const IDLE_PATH: &str = "/wool.runtime.protobuf.wire.Worker/idle";
 /// and pipes an encoded response stream — most of the worker's CPU per poll. The answer is the
 /// same on the wire: `content-type: application/grpc`, one length-prefixed `Idle` message,
 /// trailers `grpc-status: 0`. Every other request goes to the wrapped service.
+///
+/// The request is read to its end before the answer goes (its frames are discarded: the
+/// `Void` request carries nothing). A client may send its request's end in a frame of its own
+/// after the HEADERS (tonic's default channel does); answering before it would end the stream
+/// on the server's side while the client still sends, and each such stream costs the
+/// connection a reset that HTTP/2 servers count against a peer (a GOAWAY after 1,024).
 #[derive(Debug, Clone)]
 pub(crate) struct IdleFastPath<S> {
     pub(crate) inner: S,
@@ -273,13 +279,11 @@ impl<S: tonic::server::NamedService> tonic::server::NamedService for IdleFastPat
 impl<S, B> tower::Service<http::Request<B>> for IdleFastPath<S>
 where
     S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
+    B: http_body::Body + Unpin,
 {
     type Response = http::Response<tonic::body::Body>;
     type Error = S::Error;
-    type Future = futures_util::future::Either<
-        std::future::Ready<Result<Self::Response, S::Error>>,
-        S::Future,
-    >;
+    type Future = futures_util::future::Either<IdleAnswer<B, S::Error>, S::Future>;
 
     fn poll_ready(
         &mut self,
@@ -291,10 +295,44 @@ where
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         if request.method() == http::Method::POST && request.uri().path() == IDLE_PATH {
             self.polls.inc();
-            let answer = idle_response(self.tracker.idle_seconds());
-            return futures_util::future::Either::Left(std::future::ready(Ok(answer)));
+            return futures_util::future::Either::Left(IdleAnswer {
+                request: Some(request.into_body()),
+                tracker: Arc::clone(&self.tracker),
+                error: std::marker::PhantomData,
+            });
         }
         futures_util::future::Either::Right(self.inner.call(request))
+    }
+}
+
+/// The answer to one `idle` request: reads the request's body to its end (or to an error: the
+/// stream is gone then, and the answer with it), then answers the worker's reading of that
+/// moment.
+pub(crate) struct IdleAnswer<B, E> {
+    request: Option<B>,
+    tracker: Arc<InFlightTracker>,
+    error: std::marker::PhantomData<fn() -> E>,
+}
+
+impl<B: http_body::Body + Unpin, E> std::future::Future for IdleAnswer<B, E> {
+    type Output = Result<http::Response<tonic::body::Body>, E>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        while let Some(body) = self.request.as_mut() {
+            if body.is_end_stream() {
+                self.request = None;
+                break;
+            }
+            match std::pin::Pin::new(body).poll_frame(cx) {
+                std::task::Poll::Ready(Some(Ok(_frame))) => {}
+                std::task::Poll::Ready(Some(Err(_)) | None) => self.request = None,
+                std::task::Poll::Pending => return std::task::Poll::Pending,
+            }
+        }
+        std::task::Poll::Ready(Ok(idle_response(self.tracker.idle_seconds())))
     }
 }
 

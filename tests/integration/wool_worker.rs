@@ -226,3 +226,50 @@ fn given_long_task_when_sigterm_twice_then_second_cancels_it_and_exit_zero() {
         "the cancelled task reports an error to its caller"
     );
 }
+
+/// Given a client that sends a unary request's end in a frame of its own, a moment after the
+/// HEADERS (as tonic's default channel can), when it polls `idle` more than the 1,024 times a
+/// connection may cost the server a reset, then every poll is answered on the one connection:
+/// the worker reads each request to its end before answering, so no stream ends on its side
+/// while the client still sends.
+#[test]
+fn given_a_request_ending_in_a_frame_of_its_own_when_polled_thousands_of_times_then_all_answer() {
+    let worker = WorkerProcess::plaintext();
+    let rt = common::runtime();
+    rt.block_on(async {
+        let socket = tokio::net::TcpStream::connect(&worker.address)
+            .await
+            .unwrap();
+        socket.set_nodelay(true).unwrap();
+        let (client, connection) = h2::client::handshake(socket).await.unwrap();
+        tokio::spawn(connection);
+        let mut client = client.ready().await.unwrap();
+        for poll in 0..1_100 {
+            let request = http::Request::post(format!(
+                "http://{}/wool.runtime.protobuf.wire.Worker/idle",
+                worker.address
+            ))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+            let (answer, mut body) = client.send_request(request, false).unwrap();
+            tokio::time::sleep(Duration::from_micros(200)).await;
+            // The empty `Void` message in its gRPC frame, and the request's end.
+            body.send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+                .unwrap_or_else(|error| panic!("poll {poll}: the request's end: {error}"));
+            let answer = answer
+                .await
+                .unwrap_or_else(|error| panic!("poll {poll}: {error}"));
+            assert_eq!(answer.status(), 200, "poll {poll}");
+            let mut answer = answer.into_body();
+            while let Some(data) = answer.data().await {
+                let data = data.unwrap();
+                answer.flow_control().release_capacity(data.len()).unwrap();
+            }
+            let trailers = answer.trailers().await.unwrap().expect("trailers");
+            assert_eq!(trailers["grpc-status"], "0", "poll {poll}");
+            client = client.ready().await.unwrap();
+        }
+    });
+}
