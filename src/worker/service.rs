@@ -259,11 +259,13 @@ const IDLE_PATH: &str = "/wool.runtime.protobuf.wire.Worker/idle";
 /// same on the wire: `content-type: application/grpc`, one length-prefixed `Idle` message,
 /// trailers `grpc-status: 0`. Every other request goes to the wrapped service.
 ///
-/// The request is read to its end before the answer goes (its frames are discarded: the
-/// `Void` request carries nothing). A client may send its request's end in a frame of its own
-/// after the HEADERS (tonic's default channel does); answering before it would end the stream
-/// on the server's side while the client still sends, and each such stream costs the
-/// connection a reset that HTTP/2 servers count against a peer (a GOAWAY after 1,024).
+/// The answer's HEADERS and message go at once, and its trailers (which end the stream) once
+/// the request has ended (its frames are discarded: the `Void` request carries nothing). A
+/// client may send its request's end in a frame of its own after the HEADERS (tonic's default
+/// channel does); ending the stream before it would close the stream on the server's side
+/// while the client still sends, and each such stream costs the connection a reset that HTTP/2
+/// servers count against a peer (a GOAWAY after 1,024). A request that already ended (one
+/// write, as libwool's and Wool's clients send) is answered in one write.
 #[derive(Debug, Clone)]
 pub(crate) struct IdleFastPath<S> {
     pub(crate) inner: S,
@@ -279,11 +281,14 @@ impl<S: tonic::server::NamedService> tonic::server::NamedService for IdleFastPat
 impl<S, B> tower::Service<http::Request<B>> for IdleFastPath<S>
 where
     S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
-    B: http_body::Body + Unpin,
+    B: http_body::Body + Unpin + Send + 'static,
 {
     type Response = http::Response<tonic::body::Body>;
     type Error = S::Error;
-    type Future = futures_util::future::Either<IdleAnswer<B, S::Error>, S::Future>;
+    type Future = futures_util::future::Either<
+        std::future::Ready<Result<Self::Response, S::Error>>,
+        S::Future,
+    >;
 
     fn poll_ready(
         &mut self,
@@ -295,49 +300,19 @@ where
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         if request.method() == http::Method::POST && request.uri().path() == IDLE_PATH {
             self.polls.inc();
-            return futures_util::future::Either::Left(IdleAnswer {
-                request: Some(request.into_body()),
-                tracker: Arc::clone(&self.tracker),
-                error: std::marker::PhantomData,
-            });
+            let answer = idle_response(self.tracker.idle_seconds(), Some(request.into_body()));
+            return futures_util::future::Either::Left(std::future::ready(Ok(answer)));
         }
         futures_util::future::Either::Right(self.inner.call(request))
     }
 }
 
-/// The answer to one `idle` request: reads the request's body to its end (or to an error: the
-/// stream is gone then, and the answer with it), then answers the worker's reading of that
-/// moment.
-pub(crate) struct IdleAnswer<B, E> {
-    request: Option<B>,
-    tracker: Arc<InFlightTracker>,
-    error: std::marker::PhantomData<fn() -> E>,
-}
-
-impl<B: http_body::Body + Unpin, E> std::future::Future for IdleAnswer<B, E> {
-    type Output = Result<http::Response<tonic::body::Body>, E>;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        while let Some(body) = self.request.as_mut() {
-            if body.is_end_stream() {
-                self.request = None;
-                break;
-            }
-            match std::pin::Pin::new(body).poll_frame(cx) {
-                std::task::Poll::Ready(Some(Ok(_frame))) => {}
-                std::task::Poll::Ready(Some(Err(_)) | None) => self.request = None,
-                std::task::Poll::Pending => return std::task::Poll::Pending,
-            }
-        }
-        std::task::Poll::Ready(Ok(idle_response(self.tracker.idle_seconds())))
-    }
-}
-
-/// A complete gRPC response carrying `Idle { seconds }`.
-fn idle_response(seconds: f64) -> http::Response<tonic::body::Body> {
+/// A complete gRPC response carrying `Idle { seconds }`, its trailers sent once `request` (the
+/// request's body, if any) has ended.
+fn idle_response<B>(seconds: f64, request: Option<B>) -> http::Response<tonic::body::Body>
+where
+    B: http_body::Body + Unpin + Send + 'static,
+{
     let idle = Idle { seconds };
     let length = prost::Message::encoded_len(&idle);
     let mut framed = Vec::with_capacity(5 + length);
@@ -346,6 +321,7 @@ fn idle_response(seconds: f64) -> http::Response<tonic::body::Body> {
     prost::Message::encode_raw(&idle, &mut framed);
     let body = IdleBody {
         data: Some(bytes::Bytes::from(framed)),
+        request,
         trailers: true,
     };
     let mut response = http::Response::new(tonic::body::Body::new(body));
@@ -356,23 +332,37 @@ fn idle_response(seconds: f64) -> http::Response<tonic::body::Body> {
     response
 }
 
-/// The body of an `idle` answer: its one framed message, then the trailers `grpc-status: 0`.
-/// Both are ready at once, so the HTTP/2 server sends HEADERS, DATA and trailers in one write.
-struct IdleBody {
+/// The body of an `idle` answer: its one framed message, then, once the request has ended (or
+/// failed: the stream is gone then), the trailers `grpc-status: 0`. With the request already
+/// ended both are ready at once, and the HTTP/2 server sends HEADERS, DATA and trailers in one
+/// write.
+struct IdleBody<B> {
     data: Option<bytes::Bytes>,
+    request: Option<B>,
     trailers: bool,
 }
 
-impl http_body::Body for IdleBody {
+impl<B: http_body::Body + Unpin> http_body::Body for IdleBody<B> {
     type Data = bytes::Bytes;
     type Error = std::convert::Infallible;
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
+        cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
         if let Some(data) = self.data.take() {
             return std::task::Poll::Ready(Some(Ok(http_body::Frame::data(data))));
+        }
+        while let Some(request) = self.request.as_mut() {
+            if request.is_end_stream() {
+                self.request = None;
+                break;
+            }
+            match std::pin::Pin::new(request).poll_frame(cx) {
+                std::task::Poll::Ready(Some(Ok(_frame))) => {}
+                std::task::Poll::Ready(Some(Err(_)) | None) => self.request = None,
+                std::task::Poll::Pending => return std::task::Poll::Pending,
+            }
         }
         if std::mem::take(&mut self.trailers) {
             let mut trailers = http::HeaderMap::with_capacity(1);
@@ -386,7 +376,7 @@ impl http_body::Body for IdleBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.data.is_none() && !self.trailers
+        self.data.is_none() && self.request.is_none() && !self.trailers
     }
 }
 
@@ -398,7 +388,7 @@ mod tests {
     #[tokio::test]
     async fn idle_fast_path_answers_a_well_formed_grpc_response() {
         for seconds in [0.0, 12.25] {
-            let response = idle_response(seconds);
+            let response = idle_response(seconds, None::<http_body_util::Empty<bytes::Bytes>>);
             assert_eq!(
                 response.headers()[http::header::CONTENT_TYPE],
                 "application/grpc"
