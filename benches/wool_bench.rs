@@ -336,6 +336,9 @@ struct Sweeps {
 #[derive(Serialize)]
 struct ScalerCalls {
     endpoints: usize,
+    /// The most polls a second one fleet's sweeps make (the scaler's tenant bound): fresh
+    /// calls back to back wait for the next allowed sweep.
+    polls_per_second_per_fleet: u32,
     sweep: Sweeps,
     fresh: Calls,
     cached: Calls,
@@ -635,6 +638,7 @@ async fn scaler(addrs: Vec<String>, reps: usize, timeout: f64) -> Result<ScalerC
     scaler.wait().await?;
     Ok(ScalerCalls {
         endpoints: addrs.len(),
+        polls_per_second_per_fleet: libwool::scaler::POLLS_PER_SECOND_PER_FLEET,
         sweep: anchor,
         fresh,
         cached,

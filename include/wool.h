@@ -396,8 +396,9 @@ typedef struct {
    */
   uint64_t call;
   /**
-   * The call's outcome: WOOL_STATUS_OK, WOOL_STATUS_CANCELLED (wool_cancel), or a failure as
-   * the blocking call would have given.
+   * The call's outcome: WOOL_STATUS_OK, WOOL_STATUS_CANCELLED (wool_cancel), a failure as
+   * the blocking call would have given, or WOOL_STATUS_PANIC when the call hit a bug in
+   * libwool (caught; the message says where): every started call completes.
    */
   wool_status status;
   /**

@@ -28,10 +28,13 @@ pub(crate) fn record(function: &str, error: &Error) {
 
 /// Records a panic caught at the boundary of `function`.
 pub(crate) fn record_panic(function: &str, message: &str) {
-    store(
-        format!("{function}: internal error (a bug in libwool): {message}"),
-        -1,
-    );
+    store(panic_text(function, message), -1);
+}
+
+/// The message of a panic caught in `function` (or a started call), as wool_last_error and a
+/// WOOL_STATUS_PANIC completion give it.
+pub(crate) fn panic_text(function: &str, message: &str) -> String {
+    format!("{function}: internal error (a bug in libwool): {message}")
 }
 
 fn store(message: String, rpc_code: i32) {

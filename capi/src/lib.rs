@@ -213,7 +213,7 @@ pub(crate) fn run_boundary<R: Boundary>(
     }
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> String {
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
         .map(|text| text.to_string())

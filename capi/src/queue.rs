@@ -9,18 +9,22 @@
 //! any are in flight (see `runtime`); the blocking calls share that runtime and its pooled
 //! connections. Nothing calls back into the host: completions wait in the queue.
 
+use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_void};
 use std::future::Future;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::connection::wool_connection;
+use futures_util::FutureExt;
+
 use super::{
-    ffi_panic_boundary, free_boxed, runtime, set_boxed, try_grace, try_mut, try_ref, try_timeout,
-    wool_status,
+    ffi_panic_boundary, free_boxed, panic_message, runtime, set_boxed, try_grace, try_mut, try_ref,
+    try_timeout, wool_status,
 };
 use libwool::connection::{Error, ErrorKind};
 
@@ -37,8 +41,9 @@ pub struct wool_completion {
     pub tag: u64,
     /// The call's id (as written by wool_idle_start / wool_stop_start).
     pub call: u64,
-    /// The call's outcome: WOOL_STATUS_OK, WOOL_STATUS_CANCELLED (wool_cancel), or a failure as
-    /// the blocking call would have given.
+    /// The call's outcome: WOOL_STATUS_OK, WOOL_STATUS_CANCELLED (wool_cancel), a failure as
+    /// the blocking call would have given, or WOOL_STATUS_PANIC when the call hit a bug in
+    /// libwool (caught; the message says where): every started call completes.
     pub status: wool_status,
     /// The gRPC code of a failure (as wool_last_rpc_code), -1 when none.
     pub rpc_code: i32,
@@ -240,10 +245,14 @@ impl Queue {
     /// `completion` runs only in the first case, under the queue's lock: what it writes to
     /// host memory (a sweep's results) is therefore never written once wool_cancel or
     /// wool_queue_free, which take the same lock, has removed the call.
+    ///
+    /// A panic inside `completion` (a bug) still completes the call, as WOOL_STATUS_PANIC.
     fn finish(&self, id: u64, completion: impl FnOnce(u64) -> wool_completion_ex) {
         let mut state = self.lock();
         if let Some(call) = state.calls.remove(&id) {
-            state.push(completion(call.tag));
+            let finished = std::panic::catch_unwind(AssertUnwindSafe(|| completion(call.tag)))
+                .unwrap_or_else(|payload| panicked(call.kind, call.tag, id, payload.as_ref()));
+            state.push(finished);
             self.announce(&state);
         }
     }
@@ -413,8 +422,13 @@ where
     }
     let finisher = Arc::clone(&inner);
     let task = runtime::spawn(async move {
-        let complete = call.await;
-        finisher.finish(id, |tag| complete(tag, id));
+        // A call that panics (a bug) still completes, so the host never waits for it forever.
+        match AssertUnwindSafe(call).catch_unwind().await {
+            Ok(complete) => finisher.finish(id, |tag| complete(tag, id)),
+            Err(payload) => {
+                finisher.finish(id, |tag| panicked(kind, tag, id, payload.as_ref()));
+            }
+        }
     });
     let task = match task {
         Ok(task) => task,
@@ -430,6 +444,16 @@ where
     }
     *out_call = id;
     Ok(())
+}
+
+/// The completion of call `id` (of `kind`, tagged `tag`) that panicked: WOOL_STATUS_PANIC,
+/// with the panic's message as a panic at the boundary records it.
+fn panicked(kind: u32, tag: u64, id: u64, payload: &(dyn Any + Send)) -> wool_completion_ex {
+    let mut completion = wool_completion::new(tag, id, Ok(0.0), "");
+    completion.status = wool_status::Panic;
+    let text = super::last_error::panic_text("a started call", &panic_message(payload));
+    super::last_error::fill_message(&mut completion.message, &text);
+    wool_completion_ex::new(completion, kind, 0)
 }
 
 /// Starts a call whose outcome is one worker's (an idle poll or a stop), completing as
@@ -714,3 +738,101 @@ const _: () = {
     assert!(std::mem::offset_of!(wool_completion_ex, kind) == 288);
     assert!(std::mem::offset_of!(wool_completion_ex, count) == 296);
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Collects one completion from `queue`, waiting at most 10 s.
+    fn next_completion(queue: *mut wool_queue) -> wool_completion_ex {
+        let mut out = std::mem::MaybeUninit::<wool_completion_ex>::zeroed();
+        let mut count = 0usize;
+        // SAFETY: a live queue, room for one completion of this size, a writable count.
+        let status = unsafe {
+            wool_queue_next_sized(
+                queue,
+                out.as_mut_ptr().cast(),
+                1,
+                std::mem::size_of::<wool_completion_ex>(),
+                10.0,
+                &mut count,
+            )
+        };
+        assert_eq!(status, wool_status::Ok);
+        assert_eq!(count, 1, "no completion within 10 s");
+        // SAFETY: one completion was written.
+        unsafe { out.assume_init() }
+    }
+
+    fn message(completion: &wool_completion_ex) -> String {
+        // SAFETY: the message is NUL-terminated.
+        unsafe { std::ffi::CStr::from_ptr(completion.completion.message.as_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn a_started_call_that_panics_still_completes_with_the_panic_status() {
+        let mut queue = std::ptr::null_mut();
+        // SAFETY: a writable out-pointer.
+        assert_eq!(unsafe { wool_queue_new(&mut queue) }, wool_status::Ok);
+        // SAFETY: made just above, freed at the end.
+        let live = unsafe { &*queue };
+
+        // The call's future panics.
+        let mut call = 0;
+        start(live, 7, WOOL_COMPLETION_KIND_IDLE, &mut call, async {
+            if call_panics() {
+                panic!("inside the started call");
+            }
+            |tag, id| wool_completion_ex::of_call(WOOL_COMPLETION_KIND_IDLE, tag, id, Ok(1.0), "")
+        })
+        .unwrap();
+        let completion = next_completion(queue);
+        assert_eq!(completion.completion.status, wool_status::Panic);
+        assert_eq!(
+            (completion.completion.tag, completion.completion.call),
+            (7, call)
+        );
+        assert_eq!(completion.kind, WOOL_COMPLETION_KIND_IDLE);
+        assert!(
+            message(&completion).contains("inside the started call"),
+            "{}",
+            message(&completion)
+        );
+
+        // The completion it makes panics (where a sweep writes its results).
+        start(live, 8, WOOL_COMPLETION_KIND_SWEEP, &mut call, async {
+            |_: u64, _: u64| -> wool_completion_ex {
+                if call_panics() {
+                    panic!("while completing");
+                }
+                unreachable!()
+            }
+        })
+        .unwrap();
+        let completion = next_completion(queue);
+        assert_eq!(completion.completion.status, wool_status::Panic);
+        assert_eq!(
+            (completion.completion.tag, completion.kind),
+            (8, WOOL_COMPLETION_KIND_SWEEP)
+        );
+        assert!(message(&completion).contains("while completing"));
+
+        // The queue still works afterwards.
+        start(live, 9, WOOL_COMPLETION_KIND_IDLE, &mut call, async {
+            |tag, id| wool_completion_ex::of_call(WOOL_COMPLETION_KIND_IDLE, tag, id, Ok(2.5), "")
+        })
+        .unwrap();
+        let completion = next_completion(queue);
+        assert_eq!(completion.completion.status, wool_status::Ok);
+        assert_eq!(completion.completion.seconds, 2.5);
+        // SAFETY: from wool_queue_new, freed once.
+        unsafe { wool_queue_free(queue) };
+    }
+
+    /// True, opaquely to the compiler (so the code after a panic is not unreachable).
+    fn call_panics() -> bool {
+        std::hint::black_box(true)
+    }
+}

@@ -67,6 +67,7 @@ use std::sync::Arc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub use fleet::POLLS_PER_SECOND_PER_FLEET;
 pub use service::METRIC_NAME;
 
 use crate::protocol::externalscaler::external_scaler_server::ExternalScalerServer;

@@ -15,6 +15,8 @@ mod registry;
 mod sweep;
 mod tls_files;
 
+pub use sweep::POLLS_PER_SECOND_PER_FLEET;
+
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -20,8 +20,8 @@ pub(crate) const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The most polls a second one fleet's sweeps make: a fleet of `n` members sweeps at most once
 /// every `n / 2000` seconds (10,000 targets: every 5 s), a call asking for a fresher answer
-/// waits for the next allowed sweep.
-pub(crate) const POLLS_PER_SECOND_PER_FLEET: u32 = 2000;
+/// waits for the next allowed sweep. Re-exported as `scaler::POLLS_PER_SECOND_PER_FLEET`.
+pub const POLLS_PER_SECOND_PER_FLEET: u32 = 2000;
 
 /// The most discovery listings (a LAN browse, a registry scan) running at once in the process,
 /// across fleets; a fleet runs at most one at a time.
