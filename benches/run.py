@@ -870,13 +870,13 @@ def section_discovery(tools: dict, worker: Server) -> dict:
 
 
 def strace_listings(tools: dict, namespace: str, reps: int, workers: int) -> dict:
-    """Syscalls of `reps` listings (strace -c -f), less those of a run with 1 listing, per
-    listing and per record."""
+    """Syscalls of `reps` listings on a kept `LocalDiscovery` (strace -c -f; no fresh ones:
+    WOOL_BENCH_FRESH=0), less those of a run with 1 listing, per listing and per record."""
     def counts(k: int) -> dict[str, int]:
         path = OUT / "tmp" / f"strace-discover-{k}.txt"
         subprocess.run(["strace", "-c", "-f", "-o", str(path), str(tools["bench"]), "discover",
                         namespace, str(k)], capture_output=True, text=True, check=True,
-                       timeout=300)
+                       timeout=300, env=dict(os.environ, WOOL_BENCH_FRESH="0"))
         table = {}
         for row in path.read_text().splitlines():
             cols = row.split()

@@ -51,7 +51,8 @@
 //!                                           each kind after one untimed call   -> ScalerCalls
 //! discover NS REPS [ADDR N]                 LocalDiscovery listings of namespace NS: REPS on
 //!                                           one kept LocalDiscovery, REPS/4 on a fresh one
-//!                                           each; with ADDR, also N sequential
+//!                                           each (WOOL_BENCH_FRESH=K: K of them, e.g. 0
+//!                                           under strace); with ADDR, also N sequential
 //!                                           WorkerConnection::idle polls of ADDR   -> Listings
 //! handles  ADDR N                           N WorkerConnections, each polled once; prints
 //!                                           `ready {"handles","failed"}`, then waits for stdin
@@ -676,8 +677,12 @@ fn discover(
 ) -> Result<Listings, BoxError> {
     use libwool::fleet::discovery::LocalDiscovery;
     let mut counts = BTreeSet::new();
-    let mut fresh_ns = Vec::with_capacity(reps.max(4) / 4);
-    for _ in 0..reps.max(4) / 4 {
+    let fresh = match std::env::var("WOOL_BENCH_FRESH") {
+        Ok(k) => k.parse().map_err(|_| format!("WOOL_BENCH_FRESH: not a count: {k:?}"))?,
+        Err(_) => reps.max(4) / 4,
+    };
+    let mut fresh_ns = Vec::with_capacity(fresh);
+    for _ in 0..fresh {
         let t = Instant::now();
         let workers = LocalDiscovery::new(namespace)?.list()?;
         fresh_ns.push(nanos(t.elapsed()));

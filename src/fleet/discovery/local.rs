@@ -201,29 +201,33 @@ impl LocalDiscovery {
             skipped,
         } = &mut *open;
         let registry_path = self.shm_dir.join(short_hash(&self.namespace));
-        let registry = match read_segment(&registry_path, registry, buffer, MAX_REGISTRY_BYTES) {
-            Ok(Some(length)) => buffer[..length].to_vec(),
-            Ok(None) => {
-                records.clear();
-                return Ok(Vec::new());
-            }
-            Err(error) => {
-                tracing::warn!(
-                    namespace = %self.namespace,
-                    registry = %registry_path.display(),
-                    "cannot read the registry: {error}"
-                );
-                return Err(Error::new(
-                    ErrorKind::Transient,
-                    None,
-                    format!(
-                        "cannot read the registry of namespace {:?} ({}): {error}",
-                        self.namespace,
-                        registry_path.display()
-                    ),
-                ));
-            }
-        };
+        // The user every segment must belong to: asked once a scan, not once a segment.
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        let registry =
+            match read_segment(&registry_path, registry, buffer, MAX_REGISTRY_BYTES, euid) {
+                Ok(Some(length)) => buffer[..length].to_vec(),
+                Ok(None) => {
+                    records.clear();
+                    return Ok(Vec::new());
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        namespace = %self.namespace,
+                        registry = %registry_path.display(),
+                        "cannot read the registry: {error}"
+                    );
+                    return Err(Error::new(
+                        ErrorKind::Transient,
+                        None,
+                        format!(
+                            "cannot read the registry of namespace {:?} ({}): {error}",
+                            self.namespace,
+                            registry_path.display()
+                        ),
+                    ));
+                }
+            };
         let Some(header) = registry_header(&registry) else {
             tracing::debug!(namespace = %self.namespace, "registry header not yet written");
             return Ok(Vec::new());
@@ -249,7 +253,7 @@ impl LocalDiscovery {
                 });
                 let was_open = file.is_some();
                 let worker = self
-                    .read_record(uid, path, file, buffer)
+                    .read_record(uid, path, file, buffer, euid)
                     .map_err(|why| skips.note(&self.namespace, uid, why))
                     .ok();
                 // Keep the descriptor only for a record that decoded, and only up to the cap.
@@ -280,8 +284,9 @@ impl LocalDiscovery {
         path: &Path,
         file: &mut Option<std::fs::File>,
         buffer: &mut Vec<u8>,
+        euid: libc::uid_t,
     ) -> Result<DiscoveredWorker, String> {
-        let bytes = match read_segment(path, file, buffer, MAX_RECORD_BYTES) {
+        let bytes = match read_segment(path, file, buffer, MAX_RECORD_BYTES, euid) {
             Ok(Some(length)) => &buffer[..length],
             Ok(None) => return Err("its record segment is missing".into()),
             Err(error) => return Err(format!("its record cannot be read: {error}")),
@@ -342,13 +347,14 @@ fn check_namespace(namespace: &str) -> Result<(), Error> {
 ///
 /// Anything else found under a segment's name is refused, never waited on or read without
 /// end: it is opened without following a symbolic link and without blocking (a FIFO would
-/// block `open`), and must be a regular file; `limit` bounds what a huge one can make this
-/// process allocate.
+/// block `open`), and must be a regular file owned by `euid` (this process's effective uid, see
+/// [`owned_by`]); `limit` bounds what a huge one can make this process allocate.
 fn read_segment(
     path: &Path,
     file: &mut Option<std::fs::File>,
     buffer: &mut Vec<u8>,
     limit: usize,
+    euid: libc::uid_t,
 ) -> std::io::Result<Option<usize>> {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
     let mut stat = None;
@@ -385,7 +391,7 @@ fn read_segment(
             "not a regular file (not a shared-memory segment of Wool's)",
         ));
     }
-    if let Err(why) = owned_by_us(&stat) {
+    if let Err(why) = owned_by(&stat, euid) {
         *file = None;
         return Err(std::io::Error::new(IoErrorKind::PermissionDenied, why));
     }
@@ -407,11 +413,10 @@ fn read_segment(
     Ok(Some(filled))
 }
 
-/// Whether a segment may be trusted: owned by this process's effective uid and not writable
-/// by group or others (Wool's own segments are 0600, owned by the pool's user).
-fn owned_by_us(stat: &libc::stat) -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
+/// Whether a segment may be trusted: owned by `euid` (this process's effective uid) and not
+/// writable by group or others (Wool's own segments are 0600, owned by the pool's user).
+/// Checked on every read, open or kept open: a kept segment's mode can change under us.
+fn owned_by(stat: &libc::stat, euid: libc::uid_t) -> Result<(), String> {
     if stat.st_uid != euid {
         return Err(format!(
             "refused: owned by uid {}, not by this process's user (uid {euid})",
