@@ -442,9 +442,17 @@ def watch(namespace: str, *, lan: bool = False,
 
 
 def _connections(connections: Iterable) -> list[WorkerConnection]:
-    from . import aio  # accepts its connections too (they wrap a blocking one)
+    """The blocking connections of `connections`: `libwool.aio` ones are accepted too (they
+    wrap a blocking one). `libwool.aio` (and asyncio with it, ~25 ms) is imported only when
+    something other than a blocking connection is given."""
+    out = []
+    for connection in connections:
+        if not isinstance(connection, WorkerConnection):
+            from . import aio
 
-    return [aio._blocking_of(c) for c in connections]
+            connection = aio._blocking_of(connection)
+        out.append(connection)
+    return out
 
 
 def _count(value: int, name: str) -> int:
