@@ -725,18 +725,29 @@ class WorkerConnection:
     @contextlib.contextmanager
     def _in_flight(self) -> Iterator[_ffi.ConnectionPtr]:
         """The live handle for one call; `close` meanwhile defers the free until it ends."""
+        handle = self._begin_call()
+        try:
+            yield handle
+        finally:
+            self._end_call()
+
+    def _begin_call(self) -> _ffi.ConnectionPtr:
+        """Counts one call in flight and returns the live handle (`close` meanwhile defers the
+        free); every call begun is ended by `_end_call`. Raises ValueError when closed."""
         with self._lock:
             if self._closed:
                 raise ValueError(f"operation on a closed {self!r}")
             self._calls += 1
-        try:
-            yield self._handle
-        finally:
-            with self._lock:
-                self._calls -= 1
-                handle = self._take_handle_if_unused() if self._closed else None
-            if handle:
-                self._library.wool_free(handle)
+            return self._handle
+
+    def _end_call(self) -> None:
+        """Ends a call begun by `_begin_call`: frees the handle if `close` came meanwhile and
+        this was the last call."""
+        with self._lock:
+            self._calls -= 1
+            handle = self._take_handle_if_unused() if self._closed else None
+        if handle:
+            self._library.wool_free(handle)
 
     def _take_handle_if_unused(self):
         """With the lock held: detach and return the handle when no call is in flight."""

@@ -481,13 +481,21 @@ def _handles(conns: list[WorkerConnection]):
     library = _library_of(conns)
     array = (_ffi.ConnectionPtr * max(len(conns), 1))()
     closed: dict[int, Exception] = {}
-    with contextlib.ExitStack() as stack:
+    # Each begun call ended once (not a context manager a connection: ~3 µs each in CPython,
+    # a tenth of a warm sweep's time per worker).
+    begun: list[WorkerConnection] = []
+    try:
         for i, conn in enumerate(conns):
             try:
-                array[i] = stack.enter_context(conn._in_flight())
+                array[i] = conn._begin_call()
             except ValueError as e:
                 closed[i] = e  # NULL in its slot
+            else:
+                begun.append(conn)
         yield library, array, closed
+    finally:
+        for conn in begun:
+            conn._end_call()
 
 
 def _slot_error(library: Library, status: int, code: int, call: str,
