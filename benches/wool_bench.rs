@@ -678,7 +678,9 @@ fn discover(
     use libwool::fleet::discovery::LocalDiscovery;
     let mut counts = BTreeSet::new();
     let fresh = match std::env::var("WOOL_BENCH_FRESH") {
-        Ok(k) => k.parse().map_err(|_| format!("WOOL_BENCH_FRESH: not a count: {k:?}"))?,
+        Ok(k) => k
+            .parse()
+            .map_err(|_| format!("WOOL_BENCH_FRESH: not a count: {k:?}"))?,
         Err(_) => reps.max(4) / 4,
     };
     let mut fresh_ns = Vec::with_capacity(fresh);
