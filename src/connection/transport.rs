@@ -192,6 +192,79 @@ impl AsyncWrite for Socket {
     }
 }
 
+/// A connection's stream (plaintext or TLS) that says when the worker's first bytes arrive.
+/// Every HTTP/2 server's first frame is its SETTINGS, so until then the connection is not set
+/// up, and the dial waits for them within the connect timeout (as gRPC's client waits for them
+/// before it calls a connection ready). Only the first read that gives bytes looks; after it
+/// this is a plain pass-through.
+pub(crate) struct Heard<T> {
+    inner: T,
+    first_bytes: Option<Arc<tokio::sync::Notify>>,
+}
+
+impl<T> Heard<T> {
+    /// Wraps `inner`; the returned [`Notify`](tokio::sync::Notify) gets one permit when the
+    /// peer's first bytes are read.
+    pub(crate) fn new(inner: T) -> (Self, Arc<tokio::sync::Notify>) {
+        let notify = Arc::new(tokio::sync::Notify::new());
+        (
+            Self {
+                inner,
+                first_bytes: Some(Arc::clone(&notify)),
+            },
+            notify,
+        )
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Heard<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+        if buf.filled().len() > before {
+            if let Some(notify) = this.first_bytes.take() {
+                notify.notify_one();
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Heard<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
 /// A client TLS stream that keeps the first TLS failure it meets after the handshake. Under
 /// TLS 1.3 a worker that rejects this client's certificate says so with an alert after the
 /// client's side of the handshake is done, so it surfaces on a later read; h2 turns I/O errors

@@ -347,6 +347,53 @@ async fn given_nothing_listening_when_polled_then_transient_unavailable() {
     assert_eq!(error.code(), Some(tonic::Code::Unavailable));
 }
 
+/// Given a listener that accepts TCP connections and never writes a byte (the kernel accepts
+/// them into its backlog; nothing ever reads or answers), when `idle` (30 s deadline) and
+/// `stop` (30 s grace, no deadline) are called over plaintext and TLS with a 1 s connect
+/// timeout, then each fails at the connect timeout, long before its deadline or grace:
+/// TRANSIENT, UNAVAILABLE, and the message says the worker accepted the connection but never
+/// spoke HTTP/2 (plaintext) or never finished the TLS handshake (TLS), within 1.000 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_listener_that_never_speaks_when_polled_or_stopped_then_the_connect_timeout_ends_it(
+) {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = silent.local_addr().unwrap().to_string();
+    let pki = Pki::generate();
+    let mut options = libwool::connection::ChannelOptions::default();
+    options.connect_timeout = Some(Duration::from_secs(1));
+    for (tls, says) in [
+        (None, "never spoke HTTP/2"),
+        (
+            Some(
+                WorkerCredentials::from_pem(pki.ca_pem.as_bytes(), None, None, false, None)
+                    .unwrap(),
+            ),
+            "did not complete the TLS handshake",
+        ),
+    ] {
+        let conn = WorkerConnection::with_options(&address, tls, options.clone()).unwrap();
+        let started = Instant::now();
+        let idle = conn.idle(Some(Duration::from_secs(30))).await.unwrap_err();
+        let stop = conn
+            .stop(Grace::Within(Duration::from_secs(30)), None)
+            .await
+            .unwrap_err();
+        let took = started.elapsed();
+        for error in [&idle, &stop] {
+            assert_eq!(error.kind(), ErrorKind::Transient, "{error}");
+            assert_eq!(error.code(), Some(tonic::Code::Unavailable), "{error}");
+            assert!(
+                error.message().contains("accepted the connection"),
+                "{error}"
+            );
+            assert!(error.message().contains(says), "{error}");
+            assert!(error.message().contains("1.000 s"), "{error}");
+        }
+        // Two calls, each ended by the 1 s connect timeout; a 30 s deadline or grace otherwise.
+        assert!(took < Duration::from_secs(20), "took {took:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn given_bad_input_then_invalid_argument_before_any_io() {
     for target in ["", "no-port", "localhost:99999", "http://x:1", "unix:"] {

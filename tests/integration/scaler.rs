@@ -405,6 +405,43 @@ fn a_dns_name_and_port_name_the_workers() {
     task.abort();
 }
 
+/// Given metadata naming a DNS name that does not exist (`nosuchhost.invalid.`: the special-use
+/// `.invalid` zone, answered NXDOMAIN by the resolver itself, so no query leaves the machine),
+/// when KEDA's client polls (GetMetrics) and IsActive is asked, then each gets UNAVAILABLE
+/// saying the name does not resolve (KEDA keeps the replica count), not metric 0 and
+/// inactive, and the scaler logs it.
+#[test]
+fn a_dns_name_that_does_not_resolve_is_an_error_to_keda() {
+    let scaler = ScalerProcess::start();
+    let meta = [
+        ("dnsName", "nosuchhost.invalid."),
+        ("port", "50051"),
+        ("maxSweepAge", "0"),
+    ];
+    let answer = scaler.poll("nxdomain", &meta);
+    assert_eq!(answer["error"]["code"], "Unavailable", "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nosuchhost.invalid. does not resolve"),
+        "{answer}"
+    );
+    let line = common::expect_log_line(&scaler.log, "does not resolve", Duration::from_secs(5));
+    assert!(line.contains("the fleet cannot be listed"), "{line}");
+    let runtime = common::runtime();
+    let status = runtime.block_on(async {
+        use libwool::protocol::externalscaler::external_scaler_client::ExternalScalerClient;
+        let channel = scaler_channels(&scaler.address, 1).await.remove(0);
+        ExternalScalerClient::new(channel)
+            .is_active(reference("default", "nxdomain", &meta))
+            .await
+            .unwrap_err()
+    });
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("does not resolve"), "{status:?}");
+}
+
 /// Given a worker serving mutual TLS and a scaler started with `--tls-files-dir` naming the
 /// directory of the PKI's files, when the metadata gives the CA and client pair by path, then
 /// the scaler reads it (idle: metric 0); without TLS metadata it cannot (unreachable: metric

@@ -208,6 +208,36 @@ fn discover_sweep_and_reap_a_fleet_by_dns_name() {
     );
 }
 
+/// Given a DNS name that does not exist (`nosuchhost.invalid.`: the special-use `.invalid`
+/// zone, answered NXDOMAIN by the resolver itself; the final dot keeps resolv.conf's search
+/// list out, so no query leaves the machine), when `sweep`, `discover` and `reap` name it,
+/// then each exits 1 saying the name does not resolve, and none calls it a namespace or a
+/// fleet with no admitted workers.
+#[test]
+fn a_dns_name_that_does_not_resolve_fails_the_run() {
+    for command in [
+        &["sweep"][..],
+        &["discover"][..],
+        &["reap", "--idle-over", "1h", "--dry-run"][..],
+    ] {
+        let output = woolctl(
+            &[
+                command,
+                &["--dns-name", "nosuchhost.invalid.", "--port", "50051"],
+            ]
+            .concat(),
+        );
+        let said = stderr(&output);
+        assert_eq!(code(&output), 1, "{command:?}: {said}");
+        assert!(
+            said.contains("nosuchhost.invalid. does not resolve"),
+            "{command:?}: {said}"
+        );
+        assert!(!said.contains("namespace"), "{command:?}: {said}");
+        assert!(!said.contains("no admitted workers"), "{command:?}: {said}");
+    }
+}
+
 /// Given a real Wool pool of 3 with one worker busy, when woolctl discovers, sweeps and reaps it
 /// by namespace, then `discover` lists what Wool's own subscriber lists, `sweep` shows the busy
 /// worker at 0, a dry-run reap stops nothing, and a reap retires the two idle workers and keeps
@@ -411,6 +441,51 @@ fn a_slow_sweep_on_a_terminal_shows_progress_on_stderr() {
         !results.contains("sweeping"),
         "progress stays off stdout: {results}"
     );
+}
+
+/// Given a listener that accepts TCP connections and never writes a byte, when `woolctl idle`
+/// and `woolctl stop` (default grace 30 s, so a 35 s deadline) reach it with
+/// `--connect-timeout 1`, then each ends at the connect timeout, far before its deadline:
+/// exit 1, kind `transient` (code 14), "accepted the connection but never spoke HTTP/2"; and
+/// `stop` on a terminal shows its progress on stderr meanwhile ("stopping: 0/1 answered").
+#[test]
+fn a_worker_that_never_speaks_ends_idle_and_stop_at_the_connect_timeout() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = silent.local_addr().unwrap().to_string();
+    for command in [&["idle"][..], &["stop"][..]] {
+        let started = Instant::now();
+        let output = woolctl(
+            &[
+                command,
+                &["--connect-timeout", "1", "--output", "json", &address],
+            ]
+            .concat(),
+        );
+        let took = started.elapsed();
+        assert_eq!(code(&output), 1, "{command:?}: {}", stderr(&output));
+        let line = &json_lines(&output)[0];
+        assert_eq!(line["error"]["kind"], "transient", "{line}");
+        assert_eq!(line["error"]["code"], 14, "{line}");
+        let message = line["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("accepted the connection but never spoke HTTP/2"),
+            "{message}"
+        );
+        assert!(message.contains("1.000 s"), "{message}");
+        // 5 s (idle's deadline) or 35 s (stop's) before the connect timeout covered HTTP/2.
+        assert!(took < Duration::from_secs(4), "{command:?} took {took:?}");
+    }
+    let command = format!(
+        "{} stop --connect-timeout 3 {address} > /dev/null",
+        common::program("woolctl").display(),
+    );
+    let output = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("script (util-linux) runs");
+    let terminal = stdout(&output);
+    assert!(terminal.contains("stopping: 0/1 answered"), "{terminal:?}");
 }
 
 /// Given a fresh worker, when `woolctl reap --interval` runs rounds every 200 ms with a 0.7 s

@@ -151,9 +151,8 @@ impl Context {
         }
         if admission.admitted.is_empty() {
             eprintln!(
-                "woolctl: no admitted workers in namespace {:?} ({} refused)",
-                discovery.namespace(),
-                admission.refused.len()
+                "woolctl: {}",
+                nobody_listed(discovery, Some(admission.refused.len()))
             );
         }
         Ok(admission
@@ -219,6 +218,28 @@ impl DnsName {
     }
 }
 
+/// What stderr says when a listing leaves no worker to act on, `refused` of them refused by
+/// the admission gate (`None`: not gated, `discover`): for a DNS name, that it resolves to no
+/// addresses (the name exists, without A/AAAA records; a name that does not exist failed the
+/// listing instead) or that none of its addresses was admitted; for a namespace, that it has
+/// no (admitted) workers.
+pub fn nobody_listed(discovery: &Discovery, refused: Option<usize>) -> String {
+    match (discovery, refused) {
+        (Discovery::Dns(dns), None | Some(0)) => format!(
+            "{} resolves to no addresses (the name exists, with no A/AAAA records)",
+            dns.name()
+        ),
+        (Discovery::Dns(dns), Some(refused)) => {
+            format!("no admitted workers at {} ({refused} refused)", dns.name())
+        }
+        (_, None) => format!("no workers found in namespace {:?}", discovery.namespace()),
+        (_, Some(refused)) => format!(
+            "no admitted workers in namespace {:?} ({refused} refused)",
+            discovery.namespace()
+        ),
+    }
+}
+
 /// The discovery of `namespace`: this host's shared-memory registry, or with `lan` DNS-SD over
 /// multicast DNS (listening for `listen` when given, else the default; keeping local addresses
 /// when `allow_local`).
@@ -247,4 +268,32 @@ pub fn discovery(
 /// Errors: a handler cannot be installed (reported on stderr, exit 1).
 pub fn signals() -> Result<cli::Signals, Failure> {
     cli::Signals::take().map_err(reported)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_listing_is_said_as_what_it_is() {
+        let dns = Discovery::Dns(DnsDiscovery::new("workers.example", 50051).unwrap());
+        let namespace = Discovery::Local(LocalDiscovery::new("batch").unwrap());
+        assert_eq!(
+            nobody_listed(&dns, Some(0)),
+            "workers.example resolves to no addresses (the name exists, with no A/AAAA records)"
+        );
+        assert_eq!(nobody_listed(&dns, None), nobody_listed(&dns, Some(0)));
+        assert_eq!(
+            nobody_listed(&dns, Some(2)),
+            "no admitted workers at workers.example (2 refused)"
+        );
+        assert_eq!(
+            nobody_listed(&namespace, Some(1)),
+            "no admitted workers in namespace \"batch\" (1 refused)"
+        );
+        assert_eq!(
+            nobody_listed(&namespace, None),
+            "no workers found in namespace \"batch\""
+        );
+    }
 }

@@ -6,7 +6,7 @@ use libwool::fleet::discovery::{DiscoveredWorker, Discovery, DiscoveryEvent, Ref
 use serde::Serialize;
 
 use crate::args::DnsName;
-use crate::context::{discovery, reported, signals, Context, Failure};
+use crate::context::{discovery, nobody_listed, reported, signals, Context, Failure};
 use crate::output::{print_rows, Column, Printer, Row};
 
 /// `discover`'s arguments, as on the command line.
@@ -46,10 +46,7 @@ pub async fn run(context: &Context, args: Discover) -> Result<bool, Failure> {
     }
     let workers = discovery.list().map_err(reported)?;
     if workers.is_empty() {
-        eprintln!(
-            "woolctl: no workers found in namespace {:?}",
-            discovery.namespace()
-        );
+        eprintln!("woolctl: {}", nobody_listed(&discovery, None));
     }
     let rows: Vec<DiscoveredRow> = workers
         .iter()

@@ -12,6 +12,7 @@ mod context;
 mod discover;
 mod idle;
 mod output;
+mod progress;
 mod reap;
 mod stop;
 mod sweep;

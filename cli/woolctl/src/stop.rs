@@ -7,24 +7,34 @@ use serde::Serialize;
 
 use crate::context::{Context, Failure, Member};
 use crate::output::{print_rows, Column, ErrorFields, Named, Row};
+use crate::progress::Progress;
 
 /// Stops `addresses` with `grace` (at most `--max-in-flight` at once, each within the grace
-/// plus `--rpc-timeout`); whether every stop succeeded.
+/// plus `--rpc-timeout`, and a worker that cannot be reached within `--connect-timeout`);
+/// whether every stop succeeded. Shows a progress line on a terminal's stderr once the stops
+/// have taken a second (`stopping: N/M answered`).
 ///
 /// Errors (usage): a malformed target.
 pub async fn run(context: &Context, grace: Grace, addresses: &[String]) -> Result<bool, Failure> {
     let members = context.members_of_targets(addresses)?;
     let timeout = context.stop_timeout(grace);
+    let progress = Progress::start("stopping", members.len());
     let stops: Vec<Result<(), Error>> = futures_util::stream::iter(members.iter())
-        .map(|member| async move {
-            match &member.connection {
-                Ok(connection) => connection.stop(grace, timeout).await,
-                Err(error) => Err(error.clone()),
+        .map(|member| {
+            let progress = &progress;
+            async move {
+                let stop = match &member.connection {
+                    Ok(connection) => connection.stop(grace, timeout).await,
+                    Err(error) => Err(error.clone()),
+                };
+                progress.answered();
+                stop
             }
         })
         .buffered(context.max_in_flight)
         .collect()
         .await;
+    progress.finish();
     let rows = members
         .iter()
         .zip(&stops)

@@ -2,11 +2,6 @@
 //! worker with its idle seconds. Also the poll itself ([`poll`]) and its row ([`PollRow`]),
 //! which `idle` prints too and `reap` decides on.
 
-use std::io::{IsTerminal, Write};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
-
 use libwool::fleet::sweep_observed;
 use libwool::{Error, WorkerConnection};
 use serde::Serialize;
@@ -14,6 +9,7 @@ use serde::Serialize;
 use crate::args::Fleet;
 use crate::context::{Context, Failure, Member};
 use crate::output::{print_rows, seconds_cell, Column, ErrorFields, Named, Row};
+use crate::progress::Progress;
 
 /// Sweeps the workers `fleet` names; whether every poll succeeded.
 ///
@@ -41,32 +37,11 @@ pub async fn poll(context: &Context, members: &[Member]) -> Vec<Result<f64, Erro
         .iter()
         .filter_map(|m| m.connection.as_ref().ok())
         .collect();
-    let done = Arc::new(AtomicUsize::new(0));
-    let progress = std::io::stderr().is_terminal().then(|| {
-        let done = Arc::clone(&done);
-        let total = live.len();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            loop {
-                eprint!(
-                    "\rsweeping: {}/{} answered",
-                    done.load(Ordering::Relaxed),
-                    total
-                );
-                let _ = std::io::stderr().flush();
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-    });
-    let outcomes = sweep_observed(live, &context.sweep_options(), |_, _| {
-        done.fetch_add(1, Ordering::Relaxed);
-    })
-    .await
-    .expect("the sweep options are valid");
-    if let Some(progress) = progress {
-        progress.abort();
-        eprint!("\r\x1b[K");
-    }
+    let progress = Progress::start("sweeping", live.len());
+    let outcomes = sweep_observed(live, &context.sweep_options(), |_, _| progress.answered())
+        .await
+        .expect("the sweep options are valid");
+    progress.finish();
     let mut outcomes = outcomes.into_iter();
     members
         .iter()

@@ -1,11 +1,11 @@
-//! Dialing a worker: connecting (within the connect timeout), the TLS handshake and the wait
-//! for the worker's first bytes, the HTTP/2 handshake with this client's limits, and spawning
-//! the connection task.
+//! Dialing a worker: connecting, the TLS handshake and the wait for the worker's first bytes,
+//! the HTTP/2 handshake with this client's limits, spawning the connection task, and the wait
+//! for the worker's HTTP/2 SETTINGS — all of it within the connect timeout.
 
 use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use super::connection::{drive, ConnectionState, Open};
 use super::failure::{io_failure, tls_handshake_failure, tls_rejection};
 use super::keepalive::keepalive_task;
 use crate::connection::error::{Cause, TransportFailure};
-use crate::connection::transport::{Socket, TlsSocket};
+use crate::connection::transport::{Heard, Socket, TlsSocket};
 
 /// h2's budget for the framing overhead of small DATA frames received on a connection. h2
 /// (0.4.20) charges it for a frame that arrives on a stream this client already reset — the
@@ -43,13 +43,28 @@ const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 /// the bound is for one that would wait for the client's preface first.
 const SERVER_PREFACE_WAIT: Duration = Duration::from_millis(250);
 
-/// Dials the target, does the TLS and HTTP/2 handshakes, and spawns the connection task
-/// (with the keepalive, when configured; `interval_ms` is the channel's interval in force).
+/// How far a dial got, for the connect timeout's message.
+const CONNECTING: u8 = 0;
+const TLS_HANDSHAKE: u8 = 1;
+const HTTP2: u8 = 2;
+
+/// Dials the target, does the TLS and HTTP/2 handshakes, spawns the connection task (with the
+/// keepalive, when configured; `interval_ms` is the channel's interval in force) and waits for
+/// the worker's first HTTP/2 bytes (its SETTINGS).
+///
+/// The connect timeout, when set, bounds all of it: a worker that accepts the TCP connection
+/// and then says nothing (frozen, or not an HTTP/2 server at all) fails the dial at the
+/// timeout as [`Cause::Unreachable`], the message saying how far the dial got.
 pub(super) async fn dial(
     config: &ChannelConfig,
     interval_ms: Arc<AtomicU64>,
 ) -> Result<Open, TransportFailure> {
     let target = config.target.to_string();
+    let deadline = config
+        .connect_timeout
+        .and_then(|limit| tokio::time::Instant::now().checked_add(limit));
+    let stage = AtomicU8::new(CONNECTING);
+    let limit = config.connect_timeout.unwrap_or_default();
     let peer_spoke_tls = Arc::new(AtomicBool::new(false));
     let tls_failure = Arc::new(OnceLock::new());
     let connect = async {
@@ -67,10 +82,12 @@ pub(super) async fn dial(
         let fd = socket.as_raw_fd();
         match &config.tls {
             None => {
+                stage.store(HTTP2, Ordering::Relaxed);
                 let socket = socket.sniffing_for_tls(Arc::clone(&peer_spoke_tls));
                 handshake(builder, socket, fd, &target, None).await
             }
             Some((tls, name)) => {
+                stage.store(TLS_HANDSHAKE, Ordering::Relaxed);
                 let socket = TlsConnector::from(Arc::clone(tls))
                     .connect(name.clone(), socket)
                     .await
@@ -84,6 +101,7 @@ pub(super) async fn dial(
                         ),
                     ));
                 }
+                stage.store(HTTP2, Ordering::Relaxed);
                 let mut socket = TlsSocket::new(socket, Arc::clone(&tls_failure));
                 match tokio::time::timeout(SERVER_PREFACE_WAIT, socket.read_ahead()).await {
                     Ok(Err(error)) => {
@@ -113,17 +131,12 @@ pub(super) async fn dial(
         send,
         fd,
         connection,
+        spoke,
         ping_pong,
-    } = match config.connect_timeout {
-        Some(limit) => tokio::time::timeout(limit, connect).await.map_err(|_| {
-            TransportFailure::new(
-                Cause::Unreachable,
-                format!(
-                    "connecting to the worker at {target} took over {:.3} s",
-                    limit.as_secs_f64()
-                ),
-            )
-        })??,
+    } = match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, connect)
+            .await
+            .map_err(|_| connect_timeout(&target, limit, stage.load(Ordering::Relaxed)))??,
         None => connect.await?,
     };
     let state = Arc::new(ConnectionState {
@@ -137,11 +150,31 @@ pub(super) async fn dial(
         keepalive: config.keepalive,
         keepalive_task: OnceLock::new(),
     });
-    let task = tokio::spawn(drive(
+    let mut task = tokio::spawn(drive(
         connection,
         Arc::clone(&state),
         Arc::clone(&interval_ms),
     ));
+    // The connection is set up once the worker has spoken: its first frame is its SETTINGS
+    // (h2 checks that it is). A connection that ends first is handed on as it is: the call's
+    // first step on it fails with the reason the connection task met (a TLS alert, a reset).
+    let spoken = async {
+        tokio::select! {
+            () = spoke.notified() => {}
+            _ = &mut task => {}
+        }
+    };
+    let spoken = match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, spoken).await.is_ok(),
+        None => {
+            spoken.await;
+            true
+        }
+    };
+    if !spoken {
+        task.abort();
+        return Err(connect_timeout(&state.target, limit, HTTP2));
+    }
     if let (Some(settings), Some(ping_pong)) = (config.keepalive, ping_pong) {
         let keepalive = tokio::spawn(keepalive_task(
             ping_pong,
@@ -164,14 +197,35 @@ pub(super) async fn dial(
     })
 }
 
+/// The connect timeout's failure: the worker at `target` did not get through `stage` within
+/// `limit`.
+fn connect_timeout(target: &str, limit: Duration, stage: u8) -> TransportFailure {
+    let limit = limit.as_secs_f64();
+    TransportFailure::new(
+        Cause::Unreachable,
+        match stage {
+            CONNECTING => format!("connecting to the worker at {target} took over {limit:.3} s"),
+            TLS_HANDSHAKE => format!(
+                "the worker at {target} accepted the connection but did not complete the TLS \
+                 handshake within {limit:.3} s (the connect timeout)"
+            ),
+            _ => format!(
+                "the worker at {target} accepted the connection but never spoke HTTP/2 (no \
+                 SETTINGS within {limit:.3} s, the connect timeout)"
+            ),
+        },
+    )
+}
+
 /// The connection future, boxed: it is the same type whatever the socket.
 pub(super) type Connection = Pin<Box<dyn Future<Output = Result<(), h2::Error>> + Send>>;
 /// What the HTTP/2 handshake gives: the stream handle, the socket's descriptor, the connection
-/// future and its PING handle.
+/// future, what says that the worker's first bytes came, and its PING handle.
 struct Handshaken {
     send: SendRequest<Bytes>,
     fd: RawFd,
     connection: Connection,
+    spoke: Arc<tokio::sync::Notify>,
     ping_pong: Option<h2::PingPong>,
 }
 
@@ -185,7 +239,8 @@ async fn handshake<T>(
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (send, mut connection) = builder.handshake::<T, Bytes>(io).await.map_err(|e| {
+    let (io, spoke) = Heard::new(io);
+    let (send, mut connection) = builder.handshake::<_, Bytes>(io).await.map_err(|e| {
         match tls_failure.and_then(OnceLock::get) {
             Some(reason) => tls_rejection(target, reason),
             None => {
@@ -198,6 +253,7 @@ where
         send,
         fd,
         connection: Box::pin(connection),
+        spoke,
         ping_pong,
     })
 }

@@ -3,8 +3,14 @@
 //!
 //! - The lookup goes through the system's resolver configuration (`/etc/resolv.conf`, and the
 //!   hosts file), read afresh at each listing, with `hickory-resolver`.
-//! - A name with no records (a headless Service with no ready pods) is a fleet of none, not an
-//!   error.
+//! - A name that does not exist (the answer is NXDOMAIN) is an error, "NAME does not resolve":
+//!   a mistyped name must not read as an empty fleet. A name that exists but has no A/AAAA
+//!   records (NOERROR with no answer, "NODATA") is a fleet of none, not an error: callers that
+//!   show it say it resolves to no addresses. The two are told apart by hickory's typed answer
+//!   (the `NoRecords` error's response code), never by its message. (Kubernetes' DNS answers
+//!   NXDOMAIN for a headless Service with no ready pods, so there it lists as the error.)
+//! - Names in the special-use `.invalid` zone (RFC 6761) are answered NXDOMAIN by the resolver
+//!   itself, and `localhost` names by the loopback addresses, without a query to any server.
 //! - Bounded: a listing gives up after [`DnsDiscovery::timeout`] (default
 //!   [`DEFAULT_DNS_TIMEOUT`]) and fails when the answer holds more than
 //!   [`DnsDiscovery::max_addresses`] distinct addresses (default [`MAX_DNS_ADDRESSES`]).
@@ -39,6 +45,9 @@ pub struct DnsDiscovery {
     port: u16,
     timeout: Duration,
     max_addresses: usize,
+    /// The name server this module's tests run, instead of the system's configuration.
+    #[cfg(test)]
+    name_server: Option<SocketAddr>,
 }
 
 impl DnsDiscovery {
@@ -56,6 +65,8 @@ impl DnsDiscovery {
             port,
             timeout: DEFAULT_DNS_TIMEOUT,
             max_addresses: MAX_DNS_ADDRESSES,
+            #[cfg(test)]
+            name_server: None,
         })
     }
 
@@ -88,9 +99,12 @@ impl DnsDiscovery {
     /// on a thread of its own, so this may be called from async code too (prefer
     /// [`list_async`](Self::list_async) there).
     ///
-    /// Errors: [`ErrorKind::Transient`] when the resolver configuration cannot be read, the
-    /// lookup fails (other than finding no records) or takes longer than the timeout, or the
-    /// answer holds more addresses than [`max_addresses`](Self::max_addresses).
+    /// An empty list means the name exists but has no A/AAAA records (DNS "NODATA").
+    ///
+    /// Errors: [`ErrorKind::Transient`] when the name does not exist (NXDOMAIN: the message is
+    /// "NAME does not resolve …"), the resolver configuration cannot be read, the lookup fails
+    /// otherwise or takes longer than the timeout, or the answer holds more addresses than
+    /// [`max_addresses`](Self::max_addresses).
     pub fn list(&self) -> Result<Vec<DiscoveredWorker>, Error> {
         let this = self.clone();
         std::thread::Builder::new()
@@ -156,16 +170,42 @@ impl DnsDiscovery {
     }
 
     async fn lookup(&self) -> Result<Vec<IpAddr>, Error> {
-        let resolver = TokioResolver::builder_tokio()
-            .map_err(|e| transient(format!("cannot read the resolver configuration: {e}")))?
-            .build()
-            .map_err(|e| transient(format!("cannot make a DNS resolver: {e}")))?;
+        let resolver = self.resolver()?;
         match resolver.lookup_ip(self.name.as_str()).await {
             Ok(lookup) => Ok(lookup.iter().collect()),
-            // A headless Service with no ready pods has no records: no workers.
+            // No such name: a mistyped name, a Service that does not exist (or, in Kubernetes,
+            // a headless Service with no ready pods).
+            Err(error) if error.is_nx_domain() => Err(transient(format!(
+                "{} does not resolve (the DNS answered NXDOMAIN: no such name)",
+                self.name
+            ))),
+            // The name exists with no A/AAAA records: no workers.
             Err(error) if error.is_no_records_found() => Ok(Vec::new()),
             Err(error) => Err(transient(format!("resolving {}: {error}", self.name))),
         }
+    }
+
+    /// The resolver: the system's configuration, read afresh (in this module's tests, the
+    /// name server they run instead).
+    fn resolver(&self) -> Result<TokioResolver, Error> {
+        #[cfg(test)]
+        if let Some(server) = self.name_server {
+            use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolverConfig};
+            let mut udp = ConnectionConfig::udp();
+            udp.port = server.port();
+            let config = ResolverConfig::from_parts(
+                None,
+                Vec::new(),
+                vec![NameServerConfig::new(server.ip(), true, vec![udp])],
+            );
+            return TokioResolver::builder_with_config(config, Default::default())
+                .build()
+                .map_err(|e| transient(format!("cannot make a DNS resolver: {e}")));
+        }
+        TokioResolver::builder_tokio()
+            .map_err(|e| transient(format!("cannot read the resolver configuration: {e}")))?
+            .build()
+            .map_err(|e| transient(format!("cannot make a DNS resolver: {e}")))
     }
 
     /// What a DNS answer tells of the worker at `address`.
@@ -266,6 +306,109 @@ mod tests {
             .unwrap_err();
         assert_eq!(error.kind(), ErrorKind::Transient);
         assert!(error.message().contains("longer than"), "{error}");
+    }
+
+    /// A name server on 127.0.0.1 for these tests, answering every query for a name whose first
+    /// label is `gone` with NXDOMAIN and every other with NOERROR and no answer (NODATA).
+    struct NameServer {
+        address: SocketAddr,
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl NameServer {
+        fn start() -> Self {
+            let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            socket
+                .set_read_timeout(Some(Duration::from_millis(50)))
+                .unwrap();
+            let address = socket.local_addr().unwrap();
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let stopped = std::sync::Arc::clone(&stop);
+            let thread = std::thread::spawn(move || {
+                let mut query = [0u8; 512];
+                while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Ok((length, from)) = socket.recv_from(&mut query) else {
+                        continue;
+                    };
+                    if let Some(answer) = Self::answer(&query[..length]) {
+                        let _ = socket.send_to(&answer, from);
+                    }
+                }
+            });
+            Self {
+                address,
+                stop,
+                thread: Some(thread),
+            }
+        }
+
+        /// The header (same id, a response, RD copied, RA, the rcode), the question copied,
+        /// no records.
+        fn answer(query: &[u8]) -> Option<Vec<u8>> {
+            let mut end = 12;
+            let first_label = query.get(13..13 + usize::from(*query.get(12)?))?.to_vec();
+            while *query.get(end)? != 0 {
+                end += 1 + usize::from(query[end]);
+            }
+            end += 1 + 4; // the root label, QTYPE and QCLASS
+            let question = query.get(12..end)?;
+            let rcode: u8 = if first_label == b"gone" { 3 } else { 0 };
+            let mut answer = vec![query[0], query[1], 0x80 | (query[2] & 0x01), 0x80 | rcode];
+            answer.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
+            answer.extend_from_slice(question);
+            Some(answer)
+        }
+    }
+
+    impl Drop for NameServer {
+        fn drop(&mut self) {
+            self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            if let Some(thread) = self.thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
+
+    /// Given a name server that answers NXDOMAIN for one name and NOERROR with no records for
+    /// another, when each is listed, then the first is a TRANSIENT error "… does not resolve"
+    /// and the second an empty fleet.
+    #[test]
+    fn a_name_that_does_not_exist_is_an_error_and_one_without_addresses_is_empty() {
+        let server = NameServer::start();
+        let at_server = |name: &str| {
+            let mut discovery = DnsDiscovery::new(name, 50051).unwrap();
+            discovery.name_server = Some(server.address);
+            discovery.list()
+        };
+        let error = at_server("gone.wool.test").unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Transient, "{error}");
+        assert!(
+            error
+                .message()
+                .starts_with("gone.wool.test does not resolve"),
+            "{error}"
+        );
+        assert!(at_server("empty.wool.test").unwrap().is_empty());
+    }
+
+    /// Given a name in the special-use `.invalid` zone, which the resolver answers NXDOMAIN
+    /// itself (RFC 6761; the final dot keeps it from resolv.conf's search list, so no query
+    /// leaves this machine), when it is listed with the system's configuration, then it does not
+    /// resolve.
+    #[test]
+    fn an_invalid_name_does_not_resolve() {
+        let error = DnsDiscovery::new("nosuchhost.invalid.", 50051)
+            .unwrap()
+            .list()
+            .unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Transient);
+        assert!(
+            error
+                .message()
+                .starts_with("nosuchhost.invalid. does not resolve"),
+            "{error}"
+        );
     }
 
     #[test]
