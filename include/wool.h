@@ -629,7 +629,8 @@ wool_status wool_discover_admitted(const char *namespace_, int backend, double l
 /**
  * Lists the workers at every address the DNS name `name` resolves to (A and AAAA records, e.g.
  * a Kubernetes headless Service), each at `port`, and writes the list to `*out`, sorted by
- * address (`ip:port`, `[ip]:port` for IPv6). A name with no records lists as empty. The
+ * address (`ip:port`, `[ip]:port` for IPv6). A name that exists with no A/AAAA records
+ * (NOERROR, no answer) lists as empty; a name that does not exist (NXDOMAIN) fails. The
  * lookup uses the system's resolver configuration and hosts file and waits at most
  * `timeout_seconds` (0 = the default, 5 s); an answer with more than 10,000 addresses fails.
  * Blocks the calling thread.
@@ -645,8 +646,9 @@ wool_status wool_discover_admitted(const char *namespace_, int backend, double l
  *
  * Returns WOOL_STATUS_INVALID_ARGUMENT (NULL or non-UTF-8 `name`, a `name` that is not a DNS
  * name, e.g. with a `:port` in it, `port` 0, a negative, NaN or infinite `timeout_seconds`,
- * NULL `out`) or WOOL_STATUS_TRANSIENT (the resolver configuration cannot be read, the lookup
- * fails or times out, too many addresses).
+ * NULL `out`) or WOOL_STATUS_TRANSIENT (the name does not exist: the message says "NAME does
+ * not resolve"; the resolver configuration cannot be read, the lookup fails otherwise or times
+ * out, too many addresses); `*out` is left untouched on failure.
  *
  * # Safety
  * `name` must be NULL or NUL-terminated; `credentials` NULL or live; `out` NULL or writable.
@@ -966,7 +968,9 @@ wool_status wool_channel_options_set_max_pings_without_data(wool_channel_options
 wool_status wool_channel_options_set_max_concurrent_streams(wool_channel_options *options, size_t streams);
 
 /**
- * Sets the limit on establishing a connection (TCP, TLS and HTTP/2 handshakes; default 20 s).
+ * Sets the limit on establishing a connection (TCP, TLS, and the HTTP/2 handshake up to the
+ * worker's first SETTINGS; default 20 s): a worker that accepts the connection and never
+ * speaks HTTP/2 fails the call at this limit with WOOL_STATUS_TRANSIENT (code 14).
  * At least 0.001; INFINITY = only the call's deadline.
  *
  * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`, 0, negative, NaN or below 1 ms.

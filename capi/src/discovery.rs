@@ -295,7 +295,8 @@ fn set_list(
 
 /// Lists the workers at every address the DNS name `name` resolves to (A and AAAA records, e.g.
 /// a Kubernetes headless Service), each at `port`, and writes the list to `*out`, sorted by
-/// address (`ip:port`, `[ip]:port` for IPv6). A name with no records lists as empty. The
+/// address (`ip:port`, `[ip]:port` for IPv6). A name that exists with no A/AAAA records
+/// (NOERROR, no answer) lists as empty; a name that does not exist (NXDOMAIN) fails. The
 /// lookup uses the system's resolver configuration and hosts file and waits at most
 /// `timeout_seconds` (0 = the default, 5 s); an answer with more than 10,000 addresses fails.
 /// Blocks the calling thread.
@@ -311,8 +312,9 @@ fn set_list(
 ///
 /// Returns WOOL_STATUS_INVALID_ARGUMENT (NULL or non-UTF-8 `name`, a `name` that is not a DNS
 /// name, e.g. with a `:port` in it, `port` 0, a negative, NaN or infinite `timeout_seconds`,
-/// NULL `out`) or WOOL_STATUS_TRANSIENT (the resolver configuration cannot be read, the lookup
-/// fails or times out, too many addresses).
+/// NULL `out`) or WOOL_STATUS_TRANSIENT (the name does not exist: the message says "NAME does
+/// not resolve"; the resolver configuration cannot be read, the lookup fails otherwise or times
+/// out, too many addresses); `*out` is left untouched on failure.
 ///
 /// # Safety
 /// `name` must be NULL or NUL-terminated; `credentials` NULL or live; `out` NULL or writable.

@@ -270,7 +270,9 @@ pub unsafe extern "C" fn wool_channel_options_set_max_concurrent_streams(
     })
 }
 
-/// Sets the limit on establishing a connection (TCP, TLS and HTTP/2 handshakes; default 20 s).
+/// Sets the limit on establishing a connection (TCP, TLS, and the HTTP/2 handshake up to the
+/// worker's first SETTINGS; default 20 s): a worker that accepts the connection and never
+/// speaks HTTP/2 fails the call at this limit with WOOL_STATUS_TRANSIENT (code 14).
 /// At least 0.001; INFINITY = only the call's deadline.
 ///
 /// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`, 0, negative, NaN or below 1 ms.

@@ -434,6 +434,55 @@ static int case_deadline(int argc, char **argv) {
     return 0;
 }
 
+/*
+ * connect-timeout ADDRESS: a peer that accepts TCP and never writes a byte, reached with a 1 s
+ * connect timeout: wool_idle (30 s deadline) and wool_stop (30 s grace, 60 s deadline) each end
+ * at the connect timeout with TRANSIENT, code 14, the message saying the peer never spoke HTTP/2.
+ */
+static int case_connect_timeout(int argc, char **argv) {
+    CHECK(argc == 1);
+    wool_channel_options *options = NULL;
+    CHECK_STATUS(wool_channel_options_new(&options), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_channel_options_set_connect_timeout(options, 1.0), WOOL_STATUS_OK);
+    wool_connection *conn = NULL;
+    CHECK_STATUS(wool_connect_with_options(argv[0], NULL, options, &conn), WOOL_STATUS_OK);
+    wool_channel_options_free(options);
+    double seconds = 12345.0, started = now();
+    CHECK_STATUS(wool_idle(conn, 30.0, &seconds), WOOL_STATUS_TRANSIENT);
+    double idle_took = now() - started;
+    CHECK(wool_last_rpc_code() == 14); /* UNAVAILABLE */
+    CHECK(seconds == 12345.0);
+    CHECK(strstr(last_error(), "accepted the connection but never spoke HTTP/2") != NULL);
+    CHECK(strstr(last_error(), "1.000 s") != NULL);
+    printf("connect-timeout: idle gave up after %.3f s: %s\n", idle_took, last_error());
+    started = now();
+    CHECK_STATUS(wool_stop(conn, 30.0, 60.0), WOOL_STATUS_TRANSIENT);
+    double stop_took = now() - started;
+    CHECK(wool_last_rpc_code() == 14);
+    CHECK(strstr(last_error(), "never spoke HTTP/2") != NULL);
+    printf("connect-timeout: stop gave up after %.3f s: %s\n", stop_took, last_error());
+    /* Generous: the deadline (30 s) and the grace (30 s) are far away. */
+    CHECK(idle_took < 20.0 && stop_took < 20.0);
+    wool_free(conn);
+    return 0;
+}
+
+/*
+ * dns-nxdomain NAME: a DNS name that does not exist: wool_discover_dns fails with TRANSIENT,
+ * the message saying NAME does not resolve, and leaves `*out` untouched.
+ */
+static int case_dns_nxdomain(int argc, char **argv) {
+    CHECK(argc == 1);
+    wool_worker_list *list = (wool_worker_list *)0x1;
+    CHECK_STATUS(wool_discover_dns(argv[0], 50051, 5.0, NULL, &list), WOOL_STATUS_TRANSIENT);
+    CHECK(list == (wool_worker_list *)0x1);
+    char says[512];
+    snprintf(says, sizeof says, "%s does not resolve", argv[0]);
+    CHECK(strstr(last_error(), says) != NULL);
+    printf("dns-nxdomain: %s\n", last_error());
+    return 0;
+}
+
 /* threads WORKER: 16 threads share one handle; each thread's last error is its own. */
 enum { THREADS = 16, CALLS_PER_THREAD = 10 };
 
@@ -1450,6 +1499,8 @@ static const struct named_case cases[] = {
     {"unimplemented", case_unimplemented},
     {"unreachable", case_unreachable},
     {"deadline", case_deadline},
+    {"connect-timeout", case_connect_timeout},
+    {"dns-nxdomain", case_dns_nxdomain},
     {"threads", case_threads},
     {"mtls", case_mtls},
     {"wrong-ca", case_wrong_ca},

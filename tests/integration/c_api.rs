@@ -422,6 +422,27 @@ fn local_deadline_is_transient_with_code_4() {
     drop(silent);
 }
 
+/// Given a peer that accepts connections and never writes a byte, when C polls (30 s deadline)
+/// and stops (30 s grace) it with a 1 s connect timeout, then each call ends at the connect
+/// timeout: WOOL_STATUS_TRANSIENT, code 14, "accepted the connection but never spoke HTTP/2".
+#[test]
+fn a_peer_that_never_speaks_ends_calls_at_the_connect_timeout() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap(); // never accepts
+    let address = silent.local_addr().unwrap().to_string();
+    let out = run_case("connect-timeout", &[&address]);
+    assert!(out.contains("stop gave up"), "{out}");
+    drop(silent);
+}
+
+/// Given a DNS name that does not exist (`nosuchhost.invalid.`: the special-use `.invalid`
+/// zone, answered NXDOMAIN by the resolver itself, so no query leaves the machine), when C lists
+/// it with wool_discover_dns, then WOOL_STATUS_TRANSIENT saying it does not resolve.
+#[test]
+fn c_lists_a_dns_name_that_does_not_resolve_as_an_error() {
+    let out = run_case("dns-nxdomain", &["nosuchhost.invalid."]);
+    assert!(out.contains("does not resolve"), "{out}");
+}
+
 /// Given one handle, when 16 C threads poll through it at once, then every call is OK, and each
 /// thread's last error is its own.
 #[test]
