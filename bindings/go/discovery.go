@@ -226,7 +226,8 @@ func listDNS(op, name string, port uint16, timeout time.Duration, creds *Credent
 
 // DiscoverDNS lists the workers at every address the DNS name resolves to (A and AAAA
 // records, e.g. a Kubernetes headless Service), each at port, sorted by address, as
-// wool_discover_dns. A name with no records lists as empty; the lookup waits at most timeout
+// wool_discover_dns. A name that exists with no A/AAAA records lists as empty; one that does
+// not exist (NXDOMAIN) is an error. The lookup waits at most timeout
 // (0 = the library's default, 5 s). Blocks the calling goroutine (and its OS thread).
 //
 // A DNS record tells only the address: Identity is name, Secure false, Version empty; each
@@ -236,8 +237,9 @@ func listDNS(op, name string, port uint16, timeout time.Duration, creds *Credent
 //
 // Errors: an *Error (Op "discover") matching ErrInvalidArgument for a name that is not a DNS
 // name (e.g. with a ":port"), one with a NUL byte, port 0 or a negative timeout;
-// ErrTransient when the resolver configuration cannot be read, the lookup fails or times
-// out, or it gives more than 10,000 addresses; ErrClosed when creds is closed.
+// ErrTransient when the name does not exist (the Message says "NAME does not resolve"), the
+// resolver configuration cannot be read, the lookup fails otherwise or times out, or it gives
+// more than 10,000 addresses; ErrClosed when creds is closed.
 func DiscoverDNS(name string, port uint16, timeout time.Duration, creds *Credentials) ([]DiscoveredWorker, error) {
 	list, err := listDNS("discover", name, port, timeout, creds)
 	if err != nil {

@@ -30,7 +30,7 @@
 //	WithMaxReceiveMessageSize(bytes)  max_receive_message_length                  100 MiB
 //	WithMaxSendMessageSize(bytes)     max_send_message_length                     100 MiB
 //	WithMaxConcurrentStreams(n)       max_concurrent_streams                      100
-//	WithConnectTimeout(d)             TCP + TLS + HTTP/2 handshakes               20 s
+//	WithConnectTimeout(d)             TCP, TLS, HTTP/2 to the peer's SETTINGS     20 s
 //	WithoutConnectTimeout()           only the call's deadline bounds connecting
 //
 // Keepalive is what bounds a call whose context has no deadline: a worker that freezes

@@ -326,6 +326,24 @@ func TestDiscoverDNSListsAndConnectsWhatANameResolvesTo(t *testing.T) {
 	}
 }
 
+// Given a DNS name that does not exist ("nosuchhost.invalid.": the special-use .invalid zone,
+// answered NXDOMAIN by the resolver itself; the final dot keeps resolv.conf's search list out,
+// so no query leaves the machine), when DiscoverDNS and ConnectDNS list it, then each fails
+// with ErrTransient saying the name does not resolve, rather than listing an empty fleet.
+func TestADNSNameThatDoesNotResolveIsAnError(t *testing.T) {
+	t.Parallel()
+	workers, err := wool.DiscoverDNS("nosuchhost.invalid.", 50051, 5*time.Second, nil)
+	werr := requireKind(t, err, wool.ErrTransient)
+	if !strings.Contains(werr.Message, "nosuchhost.invalid. does not resolve") || workers != nil {
+		t.Errorf("DiscoverDNS = %v, %v; want no workers and the name does not resolve", workers, err)
+	}
+	conns, err := wool.ConnectDNS("nosuchhost.invalid.", 50051, 5*time.Second, nil)
+	werr = requireKind(t, err, wool.ErrTransient)
+	if !strings.Contains(werr.Message, "does not resolve") || conns != nil {
+		t.Errorf("ConnectDNS = %v, %v; want no connections and the name does not resolve", conns, err)
+	}
+}
+
 // Given a one-way TLS wool-worker, when it is reached through ConnectWorker as a secure
 // discovered worker with the CA's credentials, then polls succeed, verified against the
 // advertised identity ("localhost", a name in its certificate) or, advertising none, the

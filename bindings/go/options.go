@@ -152,10 +152,11 @@ func WithMaxConcurrentStreams(streams int) Option {
 	})
 }
 
-// WithConnectTimeout bounds establishing a connection: the TCP, TLS and HTTP/2 handshakes
-// (the library's connect_timeout; default 20 s, at least 1 ms). A call's context deadline
-// bounds it too, whichever ends first; a worker not reached in time fails the call with
-// ErrTransient.
+// WithConnectTimeout bounds establishing a connection: the TCP, TLS and HTTP/2 handshakes,
+// up to the worker's first HTTP/2 SETTINGS (the library's connect_timeout; default 20 s, at
+// least 1 ms). A call's context deadline bounds it too, whichever ends first; a worker not
+// reached in time fails the call with ErrTransient (code 14), also one that accepts the
+// connection and never speaks HTTP/2.
 func WithConnectTimeout(timeout time.Duration) Option {
 	return withChannel(func(options *C.wool_channel_options, target string) error {
 		return setChannel(target, func() C.wool_status {

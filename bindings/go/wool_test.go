@@ -278,6 +278,34 @@ func TestUnreachableWorkerIsTransient(t *testing.T) {
 	}
 }
 
+// Given a server that accepts TCP and never writes a byte, when a Connection with a 1 s connect
+// timeout polls it (30 s context deadline) and stops it (30 s grace), then each call ends at the
+// connect timeout, long before its deadline or grace: ErrTransient, code 14 (UNAVAILABLE), the
+// message saying the peer accepted the connection but never spoke HTTP/2.
+func TestAPeerThatNeverSpeaksEndsCallsAtTheConnectTimeout(t *testing.T) {
+	t.Parallel()
+	server := workertest.StartHoldServer(t)
+	conn := connect(t, server.Address(), wool.WithConnectTimeout(time.Second))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, idleErr := conn.Idle(ctx)
+	stopErr := conn.Stop(ctx, 30*time.Second)
+	took := time.Since(start)
+
+	for _, err := range []error{idleErr, stopErr} {
+		werr := requireKind(t, err, wool.ErrTransient)
+		if werr.Code != 14 || !strings.Contains(werr.Message, "accepted the connection but never spoke HTTP/2") {
+			t.Errorf("want code 14 and a peer that never spoke HTTP/2, got %v", err)
+		}
+	}
+	// Two calls, each ended by the 1 s connect timeout; generous, the deadline is 30 s.
+	if took > 20*time.Second {
+		t.Errorf("Idle and Stop took %v with a 1 s connect timeout", took)
+	}
+}
+
 // Given a wool-worker serving mutual TLS with certificates from a test CA, when clients with
 // various credentials poll it, then the right credentials work (also after being closed, from
 // PEM or from files, with an identity override), and each wrong one fails with a TLS error.
