@@ -572,8 +572,10 @@ class WorkerConnection:
     :param max_concurrent_streams: the most calls open on the channel at once (Wool's
         ``max_concurrent_streams``; default 100; 1 to 2147483647); more wait their turn.
     :param connect_timeout: seconds (a float) allowed for establishing a connection: TCP,
-        TLS and HTTP/2 handshakes (libwool's own; Wool has no such option; default 20.0; at
-        least 0.001). ``math.inf`` = none: only the call's `timeout` bounds it.
+        TLS and HTTP/2 handshakes, up to the worker's first HTTP/2 SETTINGS (libwool's own;
+        Wool has no such option; default 20.0; at least 0.001); a worker that accepts the
+        connection and never speaks HTTP/2 fails the call then (TransientRpcError,
+        UNAVAILABLE). ``math.inf`` = none: only the call's `timeout` bounds it.
 
     :raises ValueError: libwool's message for a bad target (empty, no port, port out of
         range, unknown scheme, not UTF-8), or a NUL in it; for a refused channel option

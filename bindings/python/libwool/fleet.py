@@ -195,7 +195,8 @@ def discover_dns(name: str, port: int, *, timeout: float | None = None,
                  credentials: WorkerCredentials | None = None) -> list[DiscoveredWorker]:
     """The workers at every address the DNS name `name` resolves to (A and AAAA records, e.g.
     a Kubernetes headless Service), each at `port`, sorted by address, as
-    ``wool_discover_dns``. A name with no records lists as empty. Blocks the thread.
+    ``wool_discover_dns``. A name that exists with no A/AAAA records lists as empty; one that
+    does not exist (NXDOMAIN) raises. Blocks the thread.
     A DNS record tells only the address: ``identity`` is `name`, ``secure`` False, ``version``
     empty; ``refusal`` is the admission gate's verdict for `credentials` (a peers policy is
     applied to `name`; the credentials decide TLS). Reach the admitted ones with
@@ -204,7 +205,8 @@ def discover_dns(name: str, port: int, *, timeout: float | None = None,
     :param timeout: seconds to wait for the resolver; None = libwool's default (5 s).
     :raises ValueError: a `name` that is not a DNS name (e.g. with a ``:port``), a port
         outside 1-65535, a negative, NaN or infinite `timeout` (libwool's message).
-    :raises TransientRpcError: the resolver configuration cannot be read, the lookup fails or
+    :raises TransientRpcError: the name does not exist (the message says "NAME does not
+        resolve"), the resolver configuration cannot be read, the lookup fails otherwise or
         times out, more than 10,000 addresses.
     :raises TypeError: `name` not str, `port` not int, `credentials` not `WorkerCredentials`.
     """

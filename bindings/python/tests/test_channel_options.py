@@ -277,3 +277,26 @@ def test_without_keepalive_only_the_calls_timeout_ends_it(worker, freezer):
         assert 1.5 <= took < 10.0
         os.kill(worker.proc.pid, signal.SIGCONT)
         assert conn.idle(timeout=10.0) >= 0.0
+
+
+def test_a_peer_that_never_speaks_ends_calls_at_the_connect_timeout(silent_listener):
+    """Given a listener that accepts TCP and never writes a byte, when a connection with a 1 s
+    connect timeout polls it (30 s deadline) and stops it (30 s grace, 60 s deadline), then each
+    call ends at the connect timeout, long before its deadline or grace: TransientRpcError,
+    UNAVAILABLE, saying the peer accepted the connection but never spoke HTTP/2."""
+    conn = WorkerConnection(silent_listener, connect_timeout=1.0)
+    try:
+        started = time.monotonic()
+        with pytest.raises(libwool.TransientRpcError) as idle:
+            conn.idle(timeout=30.0)
+        with pytest.raises(libwool.TransientRpcError) as stop:
+            conn.stop(grace=30.0, timeout=60.0)
+        took = time.monotonic() - started
+    finally:
+        conn.close()
+    for failure in (idle.value, stop.value):
+        assert not isinstance(failure, libwool.HandshakeError)
+        assert failure.code_name == "UNAVAILABLE", failure
+        assert "accepted the connection but never spoke HTTP/2" in failure.details, failure
+    # Two calls, each ended by the 1 s connect timeout; generous, the deadline is 30 s.
+    assert took < 20.0, took

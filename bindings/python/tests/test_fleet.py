@@ -308,6 +308,17 @@ def test_discover_dns_lists_and_connects_the_workers_a_name_resolves_to(worker):
             conn.close()
 
 
+def test_a_dns_name_that_does_not_resolve_is_an_error():
+    """Given a DNS name that does not exist ("nosuchhost.invalid.": the special-use .invalid
+    zone, answered NXDOMAIN by the resolver itself; the final dot keeps resolv.conf's search
+    list out, so no query leaves the machine), when discover_dns and connect_dns list it, then
+    each raises TransientRpcError saying the name does not resolve, not an empty fleet."""
+    for listing in (fleet.discover_dns, fleet.connect_dns):
+        with pytest.raises(libwool.TransientRpcError) as failure:
+            listing("nosuchhost.invalid.", 50051, timeout=5.0)
+        assert "nosuchhost.invalid. does not resolve" in failure.value.details, failure.value
+
+
 @pytest.mark.parametrize(("name", "port", "error"), [
     ("localhost:80", 80, ValueError),
     ("localhost", 0, ValueError),
