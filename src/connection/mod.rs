@@ -77,9 +77,12 @@ pub struct ChannelOptions {
     /// `max_concurrent_streams`: 100). More calls wait their turn instead of failing: workers
     /// refuse streams beyond their limit.
     pub max_concurrent_streams: usize,
-    /// Limit on establishing the connection (TCP, TLS and HTTP/2 handshakes), at least 1 ms;
-    /// `None` = only the call's deadline. Default 20 s, gRPC's minimum connect timeout, so a
-    /// worker frozen mid-handshake cannot hold a call with no deadline for ever.
+    /// Limit on establishing the connection, at least 1 ms: TCP, TLS, and the HTTP/2 handshake
+    /// up to the worker's first SETTINGS frame (as gRPC's client waits for it). A worker that
+    /// accepts the connection and never speaks HTTP/2 fails the call at this limit as
+    /// [`ErrorKind::Transient`] (UNAVAILABLE), "accepted the connection but never spoke
+    /// HTTP/2". `None` = only the call's deadline. Default 20 s, gRPC's minimum connect
+    /// timeout, so a worker frozen mid-handshake cannot hold a call with no deadline for ever.
     pub connect_timeout: Option<Duration>,
 }
 

@@ -42,7 +42,8 @@
 //! KEDA's own keys (`scalerAddress`, `enableTLS`, `unsafeSsl`, `caCert`, `tlsClientCert`,
 //! `tlsClientKey`, `tlsCertFile`: how KEDA reaches the scaler) are ignored; any other key is an
 //! error (`INVALID_ARGUMENT`, naming it), as is a bad value. A fleet that cannot be listed
-//! (DNS failing, say) answers `UNAVAILABLE`; a name with no records is a fleet of none.
+//! (DNS failing, say) answers `UNAVAILABLE`, as does a `dnsName` that does not exist (NXDOMAIN:
+//! "NAME does not resolve"); a name that exists with no A/AAAA records is a fleet of none.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), libwool::scaler::ScalerError> {
