@@ -930,7 +930,9 @@ static int case_idle_many(int argc, char **argv) {
     double took = now() - started;
     CHECK(statuses[0] == WOOL_STATUS_OK && seconds[0] >= 0.0 && codes[0] == -1);
     CHECK(statuses[1] == WOOL_STATUS_IDLE_UNAVAILABLE && codes[1] == 12 && isnan(seconds[1]));
-    CHECK(statuses[2] == WOOL_STATUS_TRANSIENT && codes[2] == 4);
+    /* The silent peer: the deadline (4), or under valgrind's 30 s deadline the connect
+     * timeout's 20 s default (14: it accepted the connection and never spoke HTTP/2). */
+    CHECK(statuses[2] == WOOL_STATUS_TRANSIENT && (codes[2] == 4 || codes[2] == 14));
     CHECK(statuses[3] == WOOL_STATUS_INVALID_ARGUMENT);
     for (int i = 4; i < N; i++) CHECK(statuses[i] == WOOL_STATUS_OK);
     CHECK(took < deadline + 30.0);
@@ -939,7 +941,7 @@ static int case_idle_many(int argc, char **argv) {
     EXPECT_INVALID(wool_idle_many(fleet, N, 0.0, 8, seconds, statuses, NULL), "timeout");
     CHECK_STATUS(wool_idle_many(NULL, 0, 1.0, 8, NULL, NULL, NULL), WOOL_STATUS_OK);
     printf("idle-many: %d handles in one call (64 in flight, %g s deadline) in %.3f s: live OK, "
-           "legacy IDLE_UNAVAILABLE, silent TRANSIENT (deadline), NULL INVALID_ARGUMENT\n", N,
+           "legacy IDLE_UNAVAILABLE, silent TRANSIENT (deadline or connect timeout), NULL INVALID_ARGUMENT\n", N,
            deadline, took);
     free(fleet);
     free(seconds);
