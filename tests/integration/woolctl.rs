@@ -238,6 +238,90 @@ fn a_dns_name_that_does_not_resolve_fails_the_run() {
     }
 }
 
+/// Given a network namespace whose resolv.conf names a DNS server on its own loopback (run by
+/// this test: NXDOMAIN for `gone.wool.test.`, NOERROR with no records for `empty.wool.test.`),
+/// when `woolctl sweep` names each there, then the first fails (exit 1, "does not resolve") and
+/// the second is an empty fleet (exit 0, "resolves to no addresses"), neither called a
+/// namespace. No query leaves the namespace.
+#[test]
+fn a_dns_name_without_addresses_is_said_to_resolve_to_none() {
+    let Some(link) = common::netns::link_or_skip("d") else {
+        return;
+    };
+    let ns = link.client_ns.clone();
+    let etc = std::path::PathBuf::from("/etc/netns").join(&ns);
+    std::fs::create_dir_all(&etc).unwrap();
+    std::fs::write(etc.join("resolv.conf"), "nameserver 127.0.0.1\n").unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (ready, bound) = std::sync::mpsc::channel();
+    let server = common::netns::Link::run_in(&ns, async move {
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:53").await.unwrap();
+        ready.send(()).unwrap();
+        let mut query = [0u8; 512];
+        let serve = async {
+            loop {
+                let Ok((length, from)) = socket.recv_from(&mut query).await else {
+                    continue;
+                };
+                if let Some(answer) = dns_answer(&query[..length]) {
+                    let _ = socket.send_to(&answer, from).await;
+                }
+            }
+        };
+        tokio::select! {
+            () = serve => {}
+            _ = stopped => {}
+        }
+    });
+    bound.recv_timeout(Duration::from_secs(10)).unwrap();
+    let sweep = |name: &str| {
+        Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .arg(common::program("woolctl"))
+            .args(["sweep", "--dns-name", name, "--port", "50051"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let gone = sweep("gone.wool.test.");
+    let empty = sweep("empty.wool.test.");
+    let _ = stop.send(());
+    server.join().unwrap();
+    let _ = std::fs::remove_dir_all(&etc);
+    drop(link);
+    assert_eq!(code(&gone), 1, "{}", stderr(&gone));
+    assert!(
+        stderr(&gone).contains("gone.wool.test. does not resolve"),
+        "{}",
+        stderr(&gone)
+    );
+    assert_eq!(code(&empty), 0, "{}", stderr(&empty));
+    assert!(
+        stderr(&empty).contains("empty.wool.test. resolves to no addresses"),
+        "{}",
+        stderr(&empty)
+    );
+    for said in [stderr(&gone), stderr(&empty)] {
+        assert!(!said.contains("namespace"), "{said}");
+    }
+}
+
+/// A DNS answer to `query` with no records: NXDOMAIN when the name's first label is `gone`,
+/// else NOERROR (the header: the same id, a response, RD copied, RA; the question copied).
+fn dns_answer(query: &[u8]) -> Option<Vec<u8>> {
+    let first_label = query.get(13..13 + usize::from(*query.get(12)?))?;
+    let mut end = 12;
+    while *query.get(end)? != 0 {
+        end += 1 + usize::from(query[end]);
+    }
+    let question = query.get(12..end + 1 + 4)?; // the root label, QTYPE and QCLASS
+    let rcode = if first_label == b"gone" { 3 } else { 0 };
+    let mut answer = vec![query[0], query[1], 0x80 | (query[2] & 0x01), 0x80 | rcode];
+    answer.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
+    answer.extend_from_slice(question);
+    Some(answer)
+}
+
 /// Given a real Wool pool of 3 with one worker busy, when woolctl discovers, sweeps and reaps it
 /// by namespace, then `discover` lists what Wool's own subscriber lists, `sweep` shows the busy
 /// worker at 0, a dry-run reap stops nothing, and a reap retires the two idle workers and keeps
