@@ -123,7 +123,7 @@ echo "\$ woolctl sweep --namespace $namespace"
 echo "\$ woolctl reap --idle-over 2s --grace 10 --namespace $namespace"
 "$BUILD/woolctl" reap --idle-over 2s --grace 10 --namespace "$namespace" | tee "$scratch/reap.out"
 retired=$(grep -c ' retired ' "$scratch/reap.out" || true)
-kept_busy=$(grep -c ' keep .* busy ' "$scratch/reap.out" || true)
+kept_busy=$(grep -cE ' keep +busy( |$)' "$scratch/reap.out" || true)
 kill "$pool_pid" 2>/dev/null || true
 wait "$pool_pid" 2>/dev/null || true
 pool_pid=""

@@ -25,3 +25,4 @@ mod scaler;
 mod slow_peers;
 mod wool_worker;
 mod woolctl;
+mod woolctl_messages;
