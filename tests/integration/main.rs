@@ -13,6 +13,7 @@ mod common;
 mod abi;
 mod c_api;
 mod connection;
+mod doc_compile_lines;
 mod ffi_housekeeping;
 mod fleet;
 mod header;
