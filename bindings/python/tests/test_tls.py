@@ -131,7 +131,7 @@ def test_mutual_credentials_from_the_ca_alone_ask_for_the_key_and_certificate(ce
     with pytest.raises(ValueError, match=r"cert_path is NULL \(not given\): give key_path "
                                          r"and cert_path"):
         WorkerCredentials.from_files(certs / "ca.pem", certs / "client.key")
-    with pytest.raises(ValueError, match=r"key_pem is NULL \(not given\)"):
+    with pytest.raises(ValueError, match=r"key_pem and cert_pem are NULL \(not given\)"):
         WorkerCredentials.from_pem((certs / "ca.pem").read_bytes())
 
 
