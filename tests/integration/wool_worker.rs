@@ -280,13 +280,23 @@ fn given_a_request_ending_in_a_frame_of_its_own_when_polled_thousands_of_times_t
 /// (the servers) and from RUST_LOG (all three).
 #[test]
 fn given_a_bad_log_directive_then_each_program_exits_2_naming_it() {
+    // A program that took the directive would start serving and never exit: it is killed
+    // after 10 s and the test fails on its exit status.
     let run = |program: &str, args: &[&str], rust_log: &str| {
-        let output = std::process::Command::new(common::program(program))
+        let mut child = std::process::Command::new(common::program(program))
             .args(args)
             .env("RUST_LOG", rust_log)
             .stdin(std::process::Stdio::null())
-            .output()
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let output = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
         (output.status.code(), output.stdout.is_empty(), stderr)
     };
