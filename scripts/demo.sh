@@ -13,6 +13,9 @@
 #
 # Environment: INTERVAL (poll interval, default 0.25 s), THRESHOLD (idle seconds before
 # retiring, default 2), TASKS (default 3), TASK_SECONDS (default 2), CC (default cc).
+#
+# From cold (nothing built, no venv) the build is most of the time: it shows cargo's own progress,
+# and each step's line gives the time elapsed since the demo began.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -27,8 +30,17 @@ TARGET_DIR="$(cargo metadata --format-version 1 --no-deps 2>/dev/null |
 TARGET_DIR="${TARGET_DIR:-$ROOT/target}"
 BUILD="$TARGET_DIR/debug"
 
-echo "== building libwool (libwool.so), wool-worker, woolctl, the burst example and the C host"
-cargo build --quiet --workspace --lib --bins --example burst
+started=$SECONDS
+# One line per step, with the time elapsed since the demo began.
+step() {
+    local elapsed=$((SECONDS - started))
+    printf '== [%dm%02ds] %s\n' $((elapsed / 60)) $((elapsed % 60)) "$*"
+}
+
+step "building libwool (libwool.so), wool-worker, woolctl and the burst example" \
+    "(from cold: several minutes; cargo shows its progress)"
+cargo build --workspace --lib --bins --example burst
+step "compiling the C host (examples/c/poll_then_retire.c)"
 mkdir -p "$BUILD/c-examples"
 "$CC" -std=c11 -Wall -Wextra -O2 -I include examples/c/poll_then_retire.c \
     -L "$BUILD" -lwool -Wl,-rpath,"$BUILD" -lm -o "$BUILD/c-examples/poll_then_retire"
@@ -46,7 +58,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== starting wool-worker"
+step "starting wool-worker"
 "$BUILD/wool-worker" >"$scratch/worker.out" 2>"$scratch/worker.err" &
 worker_pid=$!
 for _ in $(seq 1 200); do
@@ -60,7 +72,7 @@ if [[ -z "$address" ]]; then
     exit 1
 fi
 echo "   wool-worker (pid $worker_pid) listens on $address"
-echo "== timeline: the C host polls every ${INTERVAL} s and retires the worker once idle >= ${THRESHOLD} s;"
+step "timeline: the C host polls every ${INTERVAL} s and retires the worker once idle >= ${THRESHOLD} s;"
 echo "   a burst of $TASKS x sleep ${TASK_SECONDS} s arrives half a second in"
 echo
 
@@ -79,17 +91,20 @@ wait "$worker_pid" || worker_status=$?
 worker_pid=""
 
 echo
-echo "== C host exited with $host_status; burst exited with $burst_status; wool-worker exited with $worker_status"
+step "C host exited with $host_status; burst exited with $burst_status; wool-worker exited with $worker_status"
 if ((host_status != 0 || burst_status != 0 || worker_status != 0)); then
     echo "demo: FAILED" >&2
     cat "$scratch/worker.err" >&2
     exit 1
 fi
-echo "== part 1 OK: idle rose, read 0 during the burst, rose again, and the C host retired the worker"
+step "part 1 OK: idle rose, read 0 during the burst, rose again, and the C host retired the worker"
 
 echo
-echo "== the fleet job: a real Wool pool found by namespace, its idle workers retired by woolctl"
-./scripts/setup-venvs.sh >/dev/null
+step "the fleet job: a real Wool pool found by namespace, its idle workers retired by woolctl"
+if ! [[ -x target/venvs/wool-0.15.7/bin/python ]]; then
+    step "creating the wool 0.15.7 venv (target/venvs/wool-0.15.7, pip from PyPI)"
+fi
+./scripts/setup-venvs.sh 0.15.7 >/dev/null
 namespace="demo-$$"
 target/venvs/wool-0.15.7/bin/python tests/interop/wool_pool.py pool "$namespace" --spawn 3 \
     --busy 30 >"$scratch/pool.out" 2>"$scratch/pool.err" &
@@ -108,7 +123,7 @@ echo "\$ woolctl sweep --namespace $namespace"
 echo "\$ woolctl reap --idle-over 2s --grace 10 --namespace $namespace"
 "$BUILD/woolctl" reap --idle-over 2s --grace 10 --namespace "$namespace" | tee "$scratch/reap.out"
 retired=$(grep -c ' retired ' "$scratch/reap.out" || true)
-kept_busy=$(grep -c ' keep .* busy ' "$scratch/reap.out" || true)
+kept_busy=$(grep -cE ' keep +busy( |$)' "$scratch/reap.out" || true)
 kill "$pool_pid" 2>/dev/null || true
 wait "$pool_pid" 2>/dev/null || true
 pool_pid=""
@@ -116,4 +131,4 @@ if ((retired != 2 || kept_busy != 1)); then
     echo "demo: FAILED: expected 2 retired and 1 kept busy" >&2
     exit 1
 fi
-echo "== demo OK: woolctl retired the pool's 2 idle workers and left the busy one alone"
+step "demo OK: woolctl retired the pool's 2 idle workers and left the busy one alone"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure cargo-c (cargo cbuild / cinstall) is installed: the pinned 0.10.24, the newest that
-# builds with rustc 1.95 (newer releases need a newer rustc). Building it takes ~20 minutes on 2
-# cores and needs libssl-dev and pkg-config (installed with apt-get when missing and run as root).
+# builds with rustc 1.95 (newer releases need a newer rustc). Building it took 18 minutes on 2
+# cores, 51 on 2 cores busy with other builds, and needs libssl-dev and pkg-config (installed
+# with apt-get when missing and run as root).
 set -euo pipefail
 CARGO_C_VERSION=0.10.24
 if cargo cinstall --version >/dev/null 2>&1; then
@@ -16,5 +17,5 @@ if ! pkg-config --exists openssl 2>/dev/null; then
         exit 1
     fi
 fi
-echo "ensure-cargo-c: building cargo-c $CARGO_C_VERSION (about 20 minutes on 2 cores)" >&2
+echo "ensure-cargo-c: building cargo-c $CARGO_C_VERSION (once; 18 to 51 minutes on 2 cores)" >&2
 cargo install cargo-c --version "=$CARGO_C_VERSION" --locked >&2

@@ -5,6 +5,9 @@
 #   target/venvs/wool-0.15.7   wool==0.15.7 + pytest   (current: worker answers `idle`)
 #   target/venvs/wool-0.13.1   wool==0.13.1            (predates `idle`: UNIMPLEMENTED)
 #
+#   scripts/setup-venvs.sh            both venvs
+#   scripts/setup-venvs.sh 0.15.7     only the named one(s) (the demo needs only 0.15.7)
+#
 # Idempotent: each venv gets a marker file once its install succeeded; a re-run with the
 # marker present does nothing. Needs python3 (with the venv module) and PyPI.
 # Environment: PYTHON (interpreter to use, default python3; must be >= 3.11).
@@ -44,10 +47,31 @@ is_ready() { # version extra-packages...
         && -x "$dir/bin/python" ]]
 }
 
-# Fast path: both present, nothing to do.
-if is_ready 0.15.7 pytest && is_ready 0.13.1; then
-    echo "wool 0.15.7: ready at $VENVS/wool-0.15.7"
-    echo "wool 0.13.1: ready at $VENVS/wool-0.13.1"
+# The package list of each venv this script knows.
+extras() {
+    case "$1" in
+        0.15.7) echo pytest ;;
+        0.13.1) ;;
+        *) echo "setup-venvs: unknown venv $1 (known: 0.15.7 0.13.1)" >&2; return 1 ;;
+    esac
+}
+
+versions=("$@")
+((${#versions[@]})) || versions=(0.15.7 0.13.1)
+for version in "${versions[@]}"; do
+    extras "$version" >/dev/null || exit 2
+done
+
+# Fast path: all present, nothing to do.
+all_ready=1
+for version in "${versions[@]}"; do
+    # shellcheck disable=SC2046 # the extras are words
+    is_ready "$version" $(extras "$version") || all_ready=0
+done
+if ((all_ready)); then
+    for version in "${versions[@]}"; do
+        echo "wool $version: ready at $VENVS/wool-$version"
+    done
     exit 0
 fi
 
@@ -63,5 +87,7 @@ if command -v flock >/dev/null 2>&1; then
     flock 9
 fi
 
-setup_one 0.15.7 pytest
-setup_one 0.13.1
+for version in "${versions[@]}"; do
+    # shellcheck disable=SC2046 # the extras are words
+    setup_one "$version" $(extras "$version")
+done

@@ -24,7 +24,7 @@ suite() { # name command...
 
 setup() {
     ./scripts/setup-venvs.sh &&
-        # cargo-c installs the library for the consumer suites (built once; ~20 min the first time).
+        # cargo-c installs the library for the consumer suites (built once: 18-51 min on 2 cores).
         ./scripts/ensure-cargo-c.sh &&
         # grpcurl, the real reflection client of tests/integration/operable.rs (go install, pinned).
         ./scripts/ensure-grpcurl.sh >/dev/null &&

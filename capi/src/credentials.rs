@@ -42,10 +42,12 @@ impl<'a> CredentialTexts<'a> {
         // SAFETY (all): the function's contract.
         let ca = unsafe { try_str(ca, names[0]) }?;
         let (key, cert) = if mutual {
-            (
-                Some(unsafe { try_str(key, names[1]) }?),
-                Some(unsafe { try_str(cert, names[2]) }?),
-            )
+            let key = unsafe { try_optional_str(key, names[1]) }?;
+            let cert = unsafe { try_optional_str(cert, names[2]) }?;
+            if key.is_none() || cert.is_none() {
+                return Err(mutual_without_client(key.is_none(), cert.is_none(), names));
+            }
+            (key, cert)
         } else {
             (None, None)
         };
@@ -57,6 +59,25 @@ impl<'a> CredentialTexts<'a> {
             identity,
         })
     }
+}
+
+/// What mutual TLS without the client's key or certificate is told, in the caller's terms (the
+/// bindings' defaults are mutual, so a caller who gave only the CA meets it first): what mutual
+/// TLS needs, which argument is missing, and the two ways out.
+fn mutual_without_client(
+    no_key: bool,
+    no_cert: bool,
+    [_, key, cert]: [&str; 3],
+) -> libwool::connection::Error {
+    let missing = match (no_key, no_cert) {
+        (true, true) => format!("{key} and {cert} are NULL (not given)"),
+        (true, false) => format!("{key} is NULL (not given)"),
+        _ => format!("{cert} is NULL (not given)"),
+    };
+    libwool::connection::Error::invalid_argument(format!(
+        "mutual TLS needs the client's key and certificate besides the CA, and {missing}: give \
+         {key} and {cert}, or make one-way TLS credentials (mutual false), which need the CA only"
+    ))
 }
 
 /// Makes credentials from PEM text (NUL-terminated) and writes them to `*out` on

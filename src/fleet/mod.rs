@@ -53,6 +53,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             }
         });
     }
+    if let Some(magnitude) = text.strip_prefix('-') {
+        if humantime::parse_duration(magnitude.trim()).is_ok() {
+            return Err(format!("{text:?} is negative: a duration is 0 or more"));
+        }
+    }
     humantime::parse_duration(text)
         .map_err(|e| format!("{text:?}: {e} (e.g. 300, 300s, 5m, 500ms)"))
 }
@@ -79,6 +84,8 @@ mod tests {
             ("inf", "non-negative"),
             ("1e300", "too large"),
             ("soon", "e.g. 300"),
+            ("-5s", "\"-5s\" is negative"),
+            ("-1m 30s", "is negative"),
         ] {
             let error = parse_duration(text).unwrap_err();
             assert!(error.contains(says), "{text:?}: {error}");

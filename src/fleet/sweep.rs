@@ -91,7 +91,7 @@ where
                     _ => {
                         return (
                             index,
-                            Err(sweep_deadline(timeout, "before this poll was sent")),
+                            Err(sweep_deadline(timeout, Some("before this poll was sent"))),
                         )
                     }
                 },
@@ -103,7 +103,7 @@ where
                     if error.code() == Some(tonic::Code::DeadlineExceeded)
                         && deadline.is_some_and(|d| Instant::now() >= d) =>
                 {
-                    Err(sweep_deadline(timeout, "with no answer"))
+                    Err(sweep_deadline(timeout, None))
                 }
                 other => other,
             };
@@ -124,13 +124,20 @@ where
 }
 
 /// A poll cut short by the sweep's deadline (`DEADLINE_EXCEEDED`, transient, as a call's own).
-fn sweep_deadline(timeout: Option<Duration>, how: &str) -> Error {
+/// The message speaks of the timeout the caller gave (a CLI's `--rpc-timeout`, an `idle_many`'s
+/// `timeout`): "no answer within the timeout of 5.000 s", or when the deadline passed first,
+/// "the timeout of 5.000 s passed `before`".
+fn sweep_deadline(timeout: Option<Duration>, before: Option<&str>) -> Error {
+    let seconds = timeout.unwrap_or_default().as_secs_f64();
+    let message = match before {
+        None => format!("deadline exceeded: no answer within the timeout of {seconds:.3} s"),
+        Some(before) => {
+            format!("deadline exceeded: the timeout of {seconds:.3} s passed {before}")
+        }
+    };
     Error::new(
         crate::ErrorKind::Transient,
         Some(tonic::Code::DeadlineExceeded),
-        format!(
-            "deadline exceeded: the sweep's {:.3} s passed {how}",
-            timeout.unwrap_or_default().as_secs_f64()
-        ),
+        message,
     )
 }

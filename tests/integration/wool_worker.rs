@@ -273,3 +273,99 @@ fn given_a_request_ending_in_a_frame_of_its_own_when_polled_thousands_of_times_t
         }
     });
 }
+
+/// Given a log directive that is neither a level nor `TARGET=LEVEL` (`shouty`, which tracing
+/// would read as a target and so turn every other line off), then each of the three programs
+/// refuses it before doing anything: exit 2, the directive named on stderr; from `--log-level`
+/// (the servers) and from RUST_LOG (all three).
+#[test]
+fn given_a_bad_log_directive_then_each_program_exits_2_naming_it() {
+    // A program that took the directive would start serving and never exit: it is killed
+    // after 10 s and the test fails on its exit status.
+    let run = |program: &str, args: &[&str], rust_log: &str| {
+        let mut child = std::process::Command::new(common::program(program))
+            .args(args)
+            .env("RUST_LOG", rust_log)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        (output.status.code(), output.stdout.is_empty(), stderr)
+    };
+    for program in ["wool-worker", "wool-scaler"] {
+        for (filter, named) in [
+            ("shouty", "\"shouty\""),
+            ("info,libwool=shouty", "\"libwool=shouty\""),
+        ] {
+            let (code, quiet, stderr) = run(program, &["--log-level", filter], "");
+            assert_eq!(code, Some(2), "{program} --log-level {filter}: {stderr}");
+            assert!(quiet, "{program} --log-level {filter}: no address printed");
+            assert!(
+                stderr.contains("--log-level") && stderr.contains(named),
+                "{program} --log-level {filter} names the flag and the directive: {stderr}"
+            );
+        }
+    }
+    for (program, args) in [
+        ("wool-worker", &[][..]),
+        ("wool-scaler", &[][..]),
+        ("woolctl", &["idle", "127.0.0.1:9"][..]),
+    ] {
+        let (code, quiet, stderr) = run(program, args, "shouty");
+        assert_eq!(code, Some(2), "{program} with RUST_LOG=shouty: {stderr}");
+        assert!(quiet, "{program} with RUST_LOG=shouty: nothing on stdout");
+        assert!(
+            stderr.contains("RUST_LOG") && stderr.contains("\"shouty\""),
+            "{program} names RUST_LOG and the directive: {stderr}"
+        );
+    }
+}
+
+/// Given the filter the help gives as its example, then the worker logs what the help says it
+/// does: everything at info (the library's "worker listening") and the library's own lines
+/// (`libwool::worker`) at debug ("task cancelled" when a stop cancels a task).
+#[test]
+fn given_the_helps_log_filter_example_then_the_librarys_debug_lines_show() {
+    let help = std::process::Command::new(common::wool_worker_bin())
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    let example = "info,libwool=debug";
+    assert!(
+        help.contains(&format!("`{example}`")),
+        "the help's example: {help}"
+    );
+    let (worker, log) =
+        WorkerProcess::spawn_logging(&["--log-level".into(), example.into()], "warn");
+    common::expect_log_line(&log, "worker listening", Duration::from_secs(5));
+    let conn = std::sync::Arc::new(WorkerConnection::new(&worker.address).unwrap());
+    let rt = common::runtime();
+    let task = {
+        let conn = std::sync::Arc::clone(&conn);
+        rt.spawn(async move {
+            conn.dispatch("sleep", b"1000".to_vec(), Some(Duration::from_secs(30)))
+                .await
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while rt.block_on(conn.idle(TIMEOUT)).unwrap() != 0.0 {
+        assert!(std::time::Instant::now() < deadline, "task never in flight");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    rt.block_on(conn.stop(Grace::None, TIMEOUT)).unwrap();
+    let line = common::expect_log_line(&log, "task cancelled", Duration::from_secs(5));
+    assert!(
+        line.contains("DEBUG") && line.contains("libwool::worker"),
+        "{line}"
+    );
+    assert!(rt.block_on(task).unwrap().is_err());
+}

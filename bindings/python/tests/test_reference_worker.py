@@ -130,7 +130,8 @@ def test_garbage_pem_is_a_value_error_with_the_librarys_message():
 
 
 def test_mutual_tls_without_key_is_a_value_error_with_the_librarys_message():
-    with pytest.raises(ValueError, match=r"^wool_credentials_from_pem: key_pem"):
+    with pytest.raises(ValueError, match=r"^wool_credentials_from_pem: mutual TLS needs the "
+                                         r"client's key and certificate .* key_pem"):
         libwool.WorkerCredentials.from_pem("garbage")
 
 

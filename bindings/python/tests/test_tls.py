@@ -115,6 +115,26 @@ def test_a_bad_identity_is_a_value_error_with_the_librarys_message(certs):
         WorkerCredentials.from_files(certs / "ca.pem", mutual=False, identity="not a name!")
 
 
+def test_mutual_credentials_from_the_ca_alone_ask_for_the_key_and_certificate(certs):
+    # Given only a CA path (mutual TLS being the default), Then the message says what mutual
+    # TLS needs and which arguments to give (or mutual=False), not only that a pointer is NULL;
+    # the same whether or not the CA file exists.
+    for ca in (certs / "ca.pem", "/nonexistent/ca.pem"):
+        for make in (WorkerCredentials.from_files,
+                     lambda ca: WorkerCredentials.from_files(ca, reloadable=True)):
+            with pytest.raises(ValueError) as raised:
+                make(ca)
+            message = str(raised.value)
+            assert "mutual TLS needs the client's key and certificate" in message, message
+            assert "key_path and cert_path are NULL (not given)" in message, message
+            assert "mutual false" in message, message
+    with pytest.raises(ValueError, match=r"cert_path is NULL \(not given\): give key_path "
+                                         r"and cert_path"):
+        WorkerCredentials.from_files(certs / "ca.pem", certs / "client.key")
+    with pytest.raises(ValueError, match=r"key_pem and cert_pem are NULL \(not given\)"):
+        WorkerCredentials.from_pem((certs / "ca.pem").read_bytes())
+
+
 def test_stop_over_mutual_tls_retires_the_worker(mtls_worker, certs):
     with WorkerConnection(mtls_worker.address, client_files(certs)) as conn:
         conn.stop(grace=0.0, timeout=10.0)

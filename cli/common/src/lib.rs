@@ -63,6 +63,52 @@ pub enum LogFormat {
     Json,
 }
 
+/// The servers' log flags, `--log-format` and `--log-level` (a filter checked by [`log_filter`]
+/// as the command line is parsed: a bad one is a usage error, exit 2, naming it).
+#[derive(Debug, Clone, clap::Args)]
+pub struct LogArgs {
+    /// How log lines on stderr look: human text, or one JSON object per line for machines.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// The log level: error, warn, info, debug, trace or off; or comma-separated
+    /// TARGET=LEVEL filters after an optional level, such as `info,libwool=debug` (everything
+    /// at info, the library's own lines, `libwool::…`, at debug). By default RUST_LOG's
+    /// (checked the same way), else info.
+    #[arg(long, value_name = "LEVEL", value_parser = log_filter)]
+    pub log_level: Option<String>,
+}
+
+impl LogArgs {
+    /// Starts the logs as [`init`] does with these flags.
+    pub fn init(&self) -> Result<(), String> {
+        init(self.log_format, self.log_level.as_deref())
+    }
+}
+
+/// A log filter, checked: comma-separated directives, each a level (`error`, `warn`, `info`,
+/// `debug`, `trace`, `off`, any case) or `TARGET=LEVEL` (tracing's directive syntax, spans and
+/// fields included). A bare word that is no level is refused rather than read as tracing does,
+/// as a target to log at trace: written as a level (`--log-level shouty`), that reading would
+/// turn every other line off without a word. Returns the filter unchanged.
+///
+/// Errors: the first directive that is neither, named, with the forms that are accepted.
+pub fn log_filter(text: &str) -> Result<String, String> {
+    use tracing_subscriber::filter::{Directive, LevelFilter};
+    const FORMS: &str = "a level (error, warn, info, debug, trace, off) or TARGET=LEVEL \
+                         (e.g. libwool=debug)";
+    for directive in text.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let valid = if directive.contains('=') {
+            directive.parse::<Directive>().is_ok()
+        } else {
+            directive.parse::<LevelFilter>().is_ok()
+        };
+        if !valid {
+            return Err(format!("{directive:?} is no log directive: give {FORMS}"));
+        }
+    }
+    Ok(text.to_string())
+}
+
 /// Logs to stderr at `level` (a tracing filter), else RUST_LOG's, else info; text or JSON lines.
 /// What the servers use; errors as [`init_logs`].
 pub fn init(format: LogFormat, level: Option<&str>) -> Result<(), String> {
@@ -70,17 +116,26 @@ pub fn init(format: LogFormat, level: Option<&str>) -> Result<(), String> {
 }
 
 /// Logs to stderr at `level` (a tracing filter), else RUST_LOG's, else `default`; text (coloured
-/// only on a terminal) or JSON lines.
+/// only on a terminal) or JSON lines. `level` and a non-empty RUST_LOG are checked by
+/// [`log_filter`].
 ///
-/// Errors: `level` is no valid filter (the message names the `--log-level` flag).
+/// Errors: `level` or RUST_LOG is no valid filter (the message names the flag or the variable
+/// and the directive): the programs exit 2 on it.
 pub fn init_logs(format: LogFormat, level: Option<&str>, default: &str) -> Result<(), String> {
     use tracing_subscriber::EnvFilter;
-    let filter = match level {
-        Some(level) => {
-            EnvFilter::try_new(level).map_err(|e| format!("--log-level {level:?}: {e}"))?
-        }
-        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default)),
+    let from_env = match std::env::var("RUST_LOG") {
+        Ok(env) if !env.trim().is_empty() => Some(env),
+        Ok(_) | Err(std::env::VarError::NotPresent) => None,
+        Err(std::env::VarError::NotUnicode(_)) => return Err("RUST_LOG is not UTF-8".into()),
     };
+    let (text, source) = match (level, &from_env) {
+        (Some(level), _) => (level, "--log-level"),
+        (None, Some(env)) => (env.as_str(), "RUST_LOG"),
+        (None, None) => (default, "the default"),
+    };
+    let filter = log_filter(text)
+        .and_then(|text| EnvFilter::try_new(text).map_err(|e| e.to_string()))
+        .map_err(|e| format!("{source} {text:?}: {e}"))?;
     let logs = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(filter);
@@ -221,4 +276,32 @@ pub fn print_address(address: impl std::fmt::Display) -> Result<(), String> {
     writeln!(stdout, "{address}")
         .and_then(|()| stdout.flush())
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+
+    #[test]
+    fn log_filter_takes_levels_and_target_directives_and_names_the_first_bad_one() {
+        for good in [
+            "info",
+            "DEBUG",
+            "off",
+            "info,libwool=debug",
+            "libwool::worker=trace",
+            "warn,libwool[task]=debug",
+        ] {
+            assert_eq!(log_filter(good).as_deref(), Ok(good), "{good}");
+        }
+        for (bad, named) in [
+            ("shouty", "\"shouty\""),
+            ("info,wool", "\"wool\""),
+            ("libwool=loud", "\"libwool=loud\""),
+        ] {
+            let message = log_filter(bad).unwrap_err();
+            assert!(message.contains(named), "{bad}: {message}");
+            assert!(message.contains("TARGET=LEVEL"), "{bad}: {message}");
+        }
+    }
 }

@@ -17,7 +17,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use cli::LogFormat;
 use libwool::scaler::Scaler;
 
 /// A KEDA external scaler: its metric is the number of busy Wool workers; it is active while any worker is busy
@@ -44,13 +43,8 @@ struct Args {
     /// (e.g. the mounted Secret, `/tls`). Without it, metadata may name no TLS files.
     #[arg(long, value_name = "DIR")]
     tls_files_dir: Option<std::path::PathBuf>,
-    /// How log lines on stderr look: human text, or one JSON object per line for machines.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-    /// The log level (error, warn, info, debug, trace, or a tracing filter such as
-    /// `wool=debug`); by default RUST_LOG's, else info.
-    #[arg(long, value_name = "LEVEL")]
-    log_level: Option<String>,
+    #[command(flatten)]
+    logs: cli::LogArgs,
 }
 
 /// How long a stop waits for calls in progress before the process exits anyway.
@@ -58,7 +52,7 @@ const SHUTDOWN_LIMIT: Duration = Duration::from_secs(10);
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Err(message) = cli::init(args.log_format, args.log_level.as_deref()) {
+    if let Err(message) = args.logs.init() {
         eprintln!("wool-scaler: {message}");
         return ExitCode::from(2);
     }

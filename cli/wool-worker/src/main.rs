@@ -22,7 +22,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use cli::LogFormat;
 use libwool::worker::{Grace, ListenAddress, RoutineRegistry, Worker};
 
 /// The reference Wool worker: serves `echo` and `sleep`, reports idle time, obeys `stop`.
@@ -41,13 +40,8 @@ struct Args {
     /// `host:port`.
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<String>,
-    /// How log lines on stderr look: human text, or one JSON object per line for machines.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
-    /// The log level (error, warn, info, debug, trace, or a tracing filter such as
-    /// `wool=debug`); by default RUST_LOG's, else info.
-    #[arg(long, value_name = "LEVEL")]
-    log_level: Option<String>,
+    #[command(flatten)]
+    logs: cli::LogArgs,
     #[command(flatten)]
     tls: cli::TlsArgs,
     /// Threads serving requests and running routines. 1 (the default) keeps each request on
@@ -83,7 +77,7 @@ fn positive_seconds(text: &str) -> Result<f64, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Err(message) = cli::init(args.log_format, args.log_level.as_deref()) {
+    if let Err(message) = args.logs.init() {
         eprintln!("wool-worker: {message}");
         return ExitCode::from(2);
     }

@@ -4,9 +4,26 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use libwool::fleet::parse_duration;
 use libwool::Grace;
+
+/// The usage line of a command taking a [`Fleet`]: its name, its own required flags, then the
+/// three ways to name the workers.
+macro_rules! usage {
+    ($command:literal, $required:literal) => {
+        concat!(
+            "woolctl ",
+            $command,
+            " [OPTIONS]",
+            $required,
+            " (<ADDRESSES>... | --namespace <NAMESPACE> | --dns-name <NAME> --port <PORT>)"
+        )
+    };
+}
+
+/// What `sweep` and `reap` say when no workers are named.
+pub const NO_TARGET: &str = "give addresses, --namespace or --dns-name: the workers to act on";
 
 /// `woolctl`'s whole command line.
 #[derive(Parser)]
@@ -25,8 +42,35 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// The flags every command takes: output format, TLS, discovery admission, deadlines.
+impl Cli {
+    /// Parses the command line as [`Parser::parse`] does (usage errors exit 2 with clap's
+    /// message and the usage line), then what clap's requirements cannot say: `sweep` or `reap`
+    /// with no workers named is refused with [`NO_TARGET`], also exit 2.
+    pub fn parse_checked() -> Self {
+        let cli = Self::parse();
+        let (name, fleet) = match &cli.command {
+            Command::Sweep { fleet } => ("sweep", fleet),
+            Command::Reap(reap) => ("reap", &reap.fleet),
+            _ => return cli,
+        };
+        if fleet.namespace.is_none() && fleet.dns.dns_name.is_none() && fleet.addresses.is_empty() {
+            let mut command = Self::command();
+            command.build();
+            let subcommand = command
+                .find_subcommand_mut(name)
+                .expect("the command parsed is defined");
+            subcommand
+                .error(clap::error::ErrorKind::MissingRequiredArgument, NO_TARGET)
+                .exit();
+        }
+        cli
+    }
+}
+
+/// The flags every command takes: output format, TLS, discovery admission, deadlines. Listed
+/// under "Global options" in every command's help, apart from the command's own.
 #[derive(Args)]
+#[command(next_help_heading = "Global options")]
 pub struct Global {
     /// How results are printed: a table, or one JSON object per worker per line.
     #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
@@ -53,11 +97,11 @@ pub struct Global {
     #[arg(long, global = true)]
     pub lan_allow_local: bool,
     /// Limit on establishing each connection (e.g. 5s, 500ms, 2).
-    #[arg(long, global = true, value_parser = parse_duration, default_value = "5s")]
+    #[arg(long, global = true, value_parser = parse_duration, default_value = "5s", allow_hyphen_values = true)]
     pub connect_timeout: Duration,
     /// Deadline of each poll, and of a whole sweep (e.g. 5s); a stop's deadline is its grace
     /// plus this.
-    #[arg(long, global = true, value_parser = parse_duration, default_value = "5s")]
+    #[arg(long, global = true, value_parser = parse_duration, default_value = "5s", allow_hyphen_values = true)]
     pub rpc_timeout: Duration,
     /// Most calls in flight at once (polls of a sweep, stops).
     #[arg(long, global = true, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
@@ -105,15 +149,17 @@ pub enum Command {
         #[arg(long)]
         watch: bool,
         /// How long a LAN listing listens for answers.
-        #[arg(long, value_parser = parse_duration, default_value = "1500ms")]
+        #[arg(long, value_parser = parse_duration, default_value = "1500ms", allow_hyphen_values = true)]
         listen: Duration,
     },
     /// Poll every worker of a pool (or of a list) with one deadline.
+    #[command(override_usage = usage!("sweep", ""))]
     Sweep {
         #[command(flatten)]
         fleet: Fleet,
     },
     /// Retire the workers idle longer than a threshold (one round, or every --interval).
+    #[command(override_usage = usage!("reap", " --idle-over <DURATION>"))]
     Reap(Reap),
 }
 
@@ -121,7 +167,7 @@ pub enum Command {
 #[derive(Args)]
 pub struct Reap {
     /// Retire workers idle at least this long (e.g. 5m, 300s, 300).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     pub idle_over: Duration,
     /// Never leave fewer than this many answering workers.
     #[arg(long, default_value_t = 0)]
@@ -137,21 +183,18 @@ pub struct Reap {
     pub dry_run: bool,
     /// Repeat every so often, at least 100ms (re-discovering a pool each round), until
     /// SIGINT or SIGTERM, which also end a round in progress.
-    #[arg(long, value_parser = parse_interval)]
+    #[arg(long, value_parser = parse_interval, allow_hyphen_values = true)]
     pub interval: Option<Duration>,
     #[command(flatten)]
     pub fleet: Fleet,
 }
 
-/// Which workers: a discovered pool or a list of targets.
+/// Which workers: a discovered pool or a list of targets; one of the three is needed, which
+/// [`Cli::parse_checked`] asks for by name (clap's own requirement would name only one).
 #[derive(Args)]
 pub struct Fleet {
     /// The pool's discovery namespace.
-    #[arg(
-        long,
-        conflicts_with_all = ["addresses", "dns_name"],
-        required_unless_present_any = ["addresses", "dns_name"]
-    )]
+    #[arg(long, conflicts_with_all = ["addresses", "dns_name"])]
     pub namespace: Option<String>,
     /// With --namespace: browse DNS-SD over multicast DNS.
     #[arg(long, requires = "namespace", conflicts_with = "dns_name")]

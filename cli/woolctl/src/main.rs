@@ -20,7 +20,6 @@ mod sweep;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use clap::Parser;
 use wool_cli as cli;
 
 use args::{Cli, Command};
@@ -59,8 +58,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse(); // usage errors exit 2 here
-                            // Text logs on stderr at RUST_LOG's level, else warn: the rows are the output.
+    let cli = Cli::parse_checked(); // usage errors exit 2 here
+                                    // Text logs on stderr at RUST_LOG's level, else warn: the rows are the output.
     if let Err(message) = cli::init_logs(cli::LogFormat::Text, None, "warn") {
         eprintln!("woolctl: {message}");
         return ExitCode::from(2);

@@ -117,7 +117,8 @@ fn print_json(value: &impl Serialize) {
     print_line(serde_json::to_string(value).expect("rows serialize to JSON"));
 }
 
-/// One table line: the cells padded to their columns' widths, two blanks apart.
+/// One table line: the cells padded to their columns' widths, two blanks apart; no trailing
+/// blanks (an empty last cell leaves none after the cell before it).
 fn table_line(columns: &[Column], cells: &[impl AsRef<str>]) -> String {
     debug_assert_eq!(columns.len(), cells.len(), "one cell per column");
     let mut line = String::new();
@@ -133,6 +134,7 @@ fn table_line(columns: &[Column], cells: &[impl AsRef<str>]) -> String {
             Align::Right => write!(line, "{cell:>width$}"),
         };
     }
+    line.truncate(line.trim_end().len());
     line
 }
 
@@ -202,6 +204,19 @@ impl Serialize for Named<'_> {
     }
 }
 
+/// Idle seconds in JSON (`serialize_with`): rounded to the microsecond, the precision of the
+/// worker's clock readings that matters (`1.166941`, not `1.1669408350000001`); `null` when there
+/// are none.
+pub fn micros<S: Serializer>(seconds: &Option<f64>, serializer: S) -> Result<S::Ok, S::Error> {
+    match seconds {
+        Some(seconds) if seconds.is_finite() => {
+            serializer.serialize_f64((seconds * 1e6).round() / 1e6)
+        }
+        Some(seconds) => serializer.serialize_f64(*seconds),
+        None => serializer.serialize_none(),
+    }
+}
+
 /// A table cell for idle seconds: three decimals, or `-` when there are none (the poll
 /// failed).
 pub fn seconds_cell(seconds: Option<f64>) -> String {
@@ -228,7 +243,23 @@ mod tests {
         );
         assert_eq!(
             table_line(&columns, &["longer", "1", ""]),
-            "longer      1  "
+            "longer      1",
+            "no trailing blanks when the last cell is empty"
         );
+    }
+
+    #[test]
+    fn idle_seconds_are_rounded_to_the_microsecond_in_json() {
+        #[derive(Serialize)]
+        struct Seconds(#[serde(serialize_with = "micros")] Option<f64>);
+        for (seconds, json) in [
+            (Some(1.1669408350000001), "1.166941"),
+            (Some(0.0), "0.0"),
+            (Some(2.5e-7), "0.0"),
+            (Some(86400.1234564), "86400.123456"),
+            (None, "null"),
+        ] {
+            assert_eq!(serde_json::to_string(&Seconds(seconds)).unwrap(), json);
+        }
     }
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::args::{Fleet, Reap};
 use crate::context::{signals, Context, Failure, Member};
-use crate::output::{print_rows, seconds_cell, Column, ErrorFields, Named, Row};
+use crate::output::{micros, print_rows, seconds_cell, Column, ErrorFields, Named, Row};
 use crate::sweep;
 
 /// Runs the rounds; whether every worker of every round succeeded (its poll, and its stop if
@@ -65,8 +65,9 @@ async fn round(context: &Context, fleet: &Fleet, policy: &RetirePolicy) -> Resul
 }
 
 /// One worker's decision. JSON: `{"target", "uid"?, "action", "reason", "idle_seconds"
-/// (seconds or null), "ok", "error"?}`, the error being the poll's or the stop's. Table:
-/// `TARGET  IDLE_SECONDS  ACTION  REASON  DETAIL` (DETAIL: the error, if any). `action` is
+/// (seconds rounded to the microsecond, or null), "ok", "error"?}`, the error being the poll's
+/// or the stop's. Table: `TARGET  IDLE_SECONDS  ACTION  REASON  DETAIL` (DETAIL: the error, if
+/// any; no trailing blanks when there is none). `action` is
 /// `keep`, `would-retire` (a dry run), `retired` or `stop-failed`; `reason` is the policy's
 /// (`idle`, `busy`, `below-threshold`, `unreachable`, ...).
 #[derive(Serialize)]
@@ -75,6 +76,7 @@ pub struct DecisionRow<'a> {
     member: Named<'a>,
     action: &'static str,
     reason: &'static str,
+    #[serde(serialize_with = "micros")]
     idle_seconds: Option<f64>,
     ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::args::Fleet;
 use crate::context::{Context, Failure, Member};
-use crate::output::{print_rows, seconds_cell, Column, ErrorFields, Named, Row};
+use crate::output::{micros, print_rows, seconds_cell, Column, ErrorFields, Named, Row};
 use crate::progress::Progress;
 
 /// Sweeps the workers `fleet` names; whether every poll succeeded.
@@ -53,14 +53,14 @@ pub async fn poll(context: &Context, members: &[Member]) -> Vec<Result<f64, Erro
 }
 
 /// One worker's poll. JSON: `{"target", "uid"?, "ok": true, "idle_seconds"}` (seconds, a
-/// float) or `{"target", "uid"?, "ok": false, "error": {"kind", "code", "message"}}`. Table:
-/// `TARGET  IDLE_SECONDS  STATUS` (`ok` or the error).
+/// float rounded to the microsecond) or `{"target", "uid"?, "ok": false, "error": {"kind",
+/// "code", "message"}}`. Table: `TARGET  IDLE_SECONDS  STATUS` (`ok` or the error).
 #[derive(Serialize)]
 pub struct PollRow<'a> {
     #[serde(flatten)]
     member: Named<'a>,
     ok: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "micros")]
     idle_seconds: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<ErrorFields<'a>>,
