@@ -32,7 +32,8 @@ VERSION="$(sed -n 's/^version = "\(.*\)"$/\1/p' cli/wool-scaler/Cargo.toml | hea
 if [[ ! -f "dist/wool-worker-$VERSION.oci.tar" || ! -f "dist/wool-scaler-$VERSION.oci.tar" ]]; then
     ./scripts/images.sh >/dev/null
 fi
-cargo build -q -p woolctl -p wool-worker >&2
+# woolctl and a worker for the scaler's fleet, from the debug build test.sh's setup makes
+cargo build -q --workspace --lib --bins --examples >&2
 WOOLCTL="$ROOT/target/debug/woolctl"
 KEDA="$(./scripts/ensure-keda-client.sh)"
 
@@ -71,7 +72,7 @@ image_checks() { # name ports...
     local c="$TMP/$name/image-config.json" b="$TMP/$name/bundle/config.json"
     check "$name: the root filesystem holds only /$name (no shell, no libc)" \
         test "$(cd "$TMP/$name/bundle/rootfs" && find . -mindepth 1 | sort | tr '\n' ' ')" = "./$name "
-    check "$name: /$name is a static executable" sh -c "file -b '$TMP/$name/bundle/rootfs/$name' | grep -q 'statically linked'"
+    check "$name: /$name is a static executable" sh -c "file -b '$TMP/$name/bundle/rootfs/$name' | grep -Eq 'statically linked|static-pie linked'"
     check "$name: user 65532:65532" test "$(jq -r .config.User "$c")" = 65532:65532
     check "$name: the bundle runs as uid 65532 gid 65532" \
         test "$(jq -r '"\(.process.user.uid):\(.process.user.gid)"' "$b")" = 65532:65532
@@ -98,7 +99,8 @@ run() {
     cwd="$(jq -r '.process.cwd // "/"' "$b/config.json")"
     mapfile -t args < <(jq -r '.process.args[]' "$b/config.json")
     say "$name: starting ${args[*]} as $uid:$gid"
-    in_ns unshare --mount --propagation private -- sh -c '
+    # (ip netns exec, unshare, sh, setpriv and chroot each exec the next: $! is the program's pid)
+    ip netns exec "$NETNS" unshare --mount --propagation private -- sh -c '
         rootfs=$1 user=$2 cwd=$3; shift 3
         mount --bind "$rootfs" "$rootfs" && mount -o remount,bind,ro "$rootfs" &&
             cd "$rootfs$cwd" && exec setpriv --no-new-privs chroot --userspec="$user" --groups="${user#*:}" "$rootfs" "$@"' \
@@ -106,6 +108,7 @@ run() {
     PID=$!
     PIDS+=("$PID")
 }
+holds() { jq -e "$2" <<<"$1" >/dev/null 2>&1; }   # json jq-condition
 status_field() { awk -v f="$2:" '$1 == f { $1 = ""; print substr($0, 2) }' "/proc/$1/status"; }
 process_checks() { # name pid
     local name=$1 pid=$2
@@ -114,7 +117,9 @@ process_checks() { # name pid
     check "$name: runs as UID 65532 ($(status_field "$pid" Uid))" test "$(status_field "$pid" Uid | tr -s ' \t' ' ')" = "65532 65532 65532 65532"
     check "$name: and GID 65532 ($(status_field "$pid" Gid))" test "$(status_field "$pid" Gid | tr -s ' \t' ' ')" = "65532 65532 65532 65532"
     check "$name: with no capabilities (CapEff $(status_field "$pid" CapEff))" test "$(status_field "$pid" CapEff)" = 0000000000000000
-    check "$name: its root filesystem is read-only" sh -c "grep -q ' $TMP/$name/bundle/rootfs ro[ ,]' /proc/$pid/mountinfo"
+    # /proc/PID/mountinfo as the process sees it: its root is the bind mount, "ro"
+    check "$name: its root filesystem is read-only" \
+        awk '$5 == "/" && $6 ~ /(^|,)ro(,|$)/ { f = 1 } END { exit !f }' "/proc/$pid/mountinfo"
 }
 wait_for() { # seconds what command...
     local limit=$1 what=$2; shift 2
@@ -124,12 +129,12 @@ wait_for() { # seconds what command...
         sleep 0.2
     done
 }
-exit_status() { # pid seconds: waits for it to exit, prints its status (or "running")
-    local pid=$1 limit=$2 rc=0
+exit_status() { # pid seconds: waits for it to exit; sets RC to its status (or "running")
+    local pid=$1 limit=$2
     for _ in $(seq $((limit * 5))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    if kill -0 "$pid" 2>/dev/null; then echo running; return; fi
-    wait "$pid" || rc=$?
-    echo "$rc"
+    if kill -0 "$pid" 2>/dev/null; then RC=running; return; fi
+    RC=0
+    wait "$pid" || RC=$?
 }
 
 echo "== the images (dist/, version $VERSION)"
@@ -145,17 +150,18 @@ wait_for 20 "wool-worker's address line" test -s "$TMP/wool-worker.out" || { cat
 process_checks wool-worker "$worker"
 idle="$(in_ns "$WOOLCTL" --output json idle 127.0.0.1:50051 2>&1 || true)"
 echo "    woolctl idle: $idle"
-check "wool-worker: answers idle on 50051 (its default command's port)" sh -c "jq -e '.idle_seconds // .idle | numbers' <<<'$idle' >/dev/null"
+check "wool-worker: answers idle on 50051 (its default command's port)" holds "$idle" '.ok and (.idle_seconds | numbers)'
 check "wool-worker: serves metrics on 9100" sh -c "ip netns exec '$NETNS' curl -sf http://127.0.0.1:9100/metrics | grep -q '^wool_worker_'"
 stop="$(in_ns "$WOOLCTL" --output json stop --grace 5 127.0.0.1:50051 2>&1 || true)"
 echo "    woolctl stop: $stop"
-rc="$(exit_status "$worker" 15)"
-check "wool-worker: woolctl stop ends it with exit status 0 (got $rc)" test "$rc" = 0
+exit_status "$worker" 15
+check "wool-worker: woolctl stop ends it with exit status 0 (got $RC)" test "$RC" = 0
 
 echo "== wool-scaler's image, run from its root filesystem"
 # Its fleet: one worker of the host's build, in the same network namespace.
-in_ns "$ROOT/target/debug/wool-worker" --listen 127.0.0.1:0 > "$TMP/fleet.out" 2> "$TMP/fleet.log" &
-PIDS+=("$!")
+ip netns exec "$NETNS" "$ROOT/target/debug/wool-worker" --listen 127.0.0.1:0 > "$TMP/fleet.out" 2> "$TMP/fleet.log" &
+fleet=$!
+PIDS+=("$fleet")
 wait_for 20 "the fleet's worker" test -s "$TMP/fleet.out"
 target="$(head -1 "$TMP/fleet.out")"
 run wool-scaler
@@ -165,13 +171,17 @@ process_checks wool-scaler "$scaler"
 answer="$(in_ns "$KEDA" poll --address 127.0.0.1:9090 --name images --meta "targets=$target" --meta idleThreshold=1h 2>&1 || true)"
 echo "    KEDA's client, poll (GetMetricSpec, GetMetrics, IsActive): $answer"
 check "wool-scaler: answers KEDA's client on 9090: metric wool-busy-workers 1 (a worker idle for less than 1 h)" \
-    sh -c "jq -e '.values[0].metricName == \"wool-busy-workers\" and .values[0].metricValueFloat == 1' <<<'$answer' >/dev/null"
-check "wool-scaler: and IsActive true" sh -c "jq -e '.active == true' <<<'$answer' >/dev/null"
-check "wool-scaler: serves health on 8081 and metrics on 9100 (its calls counted)" \
+    holds "$answer" '.values[0].metricName == "wool-busy-workers" and .values[0].metricValueFloat == 1'
+check "wool-scaler: and IsActive true" holds "$answer" '.active == true'
+check "wool-scaler: serves metrics on 9100 (its calls counted)" \
     sh -c "ip netns exec '$NETNS' curl -sf http://127.0.0.1:9100/metrics | grep -q '^wool_scaler_calls_total{rpc=\"IsActive\"'"
+check "wool-scaler: listens on its health port 8081 (what the liveness probe checks)" \
+    ip netns exec "$NETNS" bash -c 'exec 3<>/dev/tcp/127.0.0.1/8081'
 kill -TERM "$scaler"
-rc="$(exit_status "$scaler" 15)"
-check "wool-scaler: SIGTERM (the image's STOPSIGNAL) from the host ends it with exit status 0 (got $rc)" test "$rc" = 0
+exit_status "$scaler" 15
+check "wool-scaler: SIGTERM (the image's STOPSIGNAL) from the host ends it with exit status 0 (got $RC)" test "$RC" = 0
+kill -TERM "$fleet"
+exit_status "$fleet" 15
 
 if ((fails)); then
     say "$fails check(s) failed; logs:"

@@ -67,7 +67,7 @@ trap 'rm -rf "$CTX"' EXIT
 image() { # name description ports...
     local name=$1 description=$2; shift 2
     local bin="$TARGET_DIR/$TRIPLE/release/$name" ports=("$@")
-    file "$bin" | grep -q 'statically linked' || { say "$bin is not statically linked: $(file -b "$bin")"; exit 1; }
+    file "$bin" | grep -Eq 'statically linked|static-pie linked' || { say "$bin is not statically linked: $(file -b "$bin")"; exit 1; }
     rm -rf "${CTX:?}"/*
     cp "$bin" "$CTX/$name"
     local cmd
