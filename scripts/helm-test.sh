@@ -52,6 +52,7 @@ for c in "${combos[@]}"; do
 import sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
 values = {} if sys.argv[2] == "default" else yaml.safe_load(open(sys.argv[2]))
+app_version = yaml.safe_load(open("charts/wool-scaler/Chart.yaml"))["appVersion"]
 def get(path, default=None):
     v = values
     for k in path.split("."):
@@ -86,7 +87,7 @@ for name, d in deps.items():
         if digest:
             want(image.endswith("@" + digest), f"{name}: the image named by digest ({image})")
         else:
-            want(image.endswith(":0.5.0"), f"{name}: the image tagged with the appVersion ({image})")
+            want(image.endswith(":" + app_version), f"{name}: the image tagged with the appVersion ({image})")
         args = c["args"]
         if name == "wool-scaler":
             tls = get("scaler.tls.enabled")
