@@ -30,6 +30,9 @@ if ! "$PY" -c 'import yaml' 2>/dev/null; then
     PY=target/venvs/helm-test/bin/python
 fi
 echo "== $("$HELM" version --short)"
+crate="$(sed -n 's/^version = "\(.*\)"$/\1/p' cli/wool-scaler/Cargo.toml | head -1)"
+check "the chart's appVersion is wool-scaler's version ($crate): the images' tag" \
+    grep -qx "appVersion: \"$crate\"" "$CHART/Chart.yaml"
 
 # Default values, then each documented combination.
 combos=(default)
