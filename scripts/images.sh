@@ -47,14 +47,15 @@ rustup target list --installed 2>/dev/null | grep -qx "$TRIPLE" || rustup target
 VERSION="$(sed -n 's/^version = "\(.*\)"$/\1/p' cli/wool-scaler/Cargo.toml | head -1)"
 REVISION="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
 git diff --quiet HEAD 2>/dev/null || REVISION+="-dirty"
-export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}"
+EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}"
 SOURCE="$(sed -n 's/^repository = "\(.*\)"$/\1/p' Cargo.toml | head -1)"
 LICENSE="$(sed -n 's/^license = "\(.*\)"$/\1/p' Cargo.toml | head -1)"
 
 started=$SECONDS
 # The release profile of Cargo.toml keeps debug information for the benchmarks' profiles; the
 # images take it out here, and the target triple and directory keep these builds apart.
-CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols \
+# SOURCE_DATE_EPOCH is kept from cargo: ring's build script runs again whenever it changes.
+env -u SOURCE_DATE_EPOCH CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols \
     cargo build --release --locked --target "$TRIPLE" --target-dir "$TARGET_DIR" \
     -p wool-worker -p wool-scaler >&2
 say "static binaries built in $((SECONDS - started)) s"
@@ -92,7 +93,7 @@ CMD [$cmd]
 EOF
     local ref="localhost/$name:$VERSION" archive="$DIST/$name-$VERSION.oci.tar"
     "${B[@]}" rmi -f "$ref" >/dev/null 2>&1 || true
-    "${B[@]}" build --quiet --timestamp "$SOURCE_DATE_EPOCH" --layers=false --network none \
+    "${B[@]}" build --quiet --timestamp "$EPOCH" --layers=false --network none \
         -f "$CTX/Containerfile" -t "$ref" "$CTX" >/dev/null
     rm -f "$archive"
     "${B[@]}" push --quiet --digestfile "$DIST/$name-$VERSION.digest" "$ref" "oci-archive:$archive:$VERSION" >&2
