@@ -14,11 +14,14 @@
 # host's loopback instead and skips the HPA case, saying so. A trap stops every process it
 # started, whatever happens, and checks nothing it started is left listening.
 #
-# The manifests are the files in deploy/ that docs/kubernetes.md names and quotes (this script
-# checks each quoted block is unchanged lines of its file) and applies server-side; the cases
-# patch only what a test must (addresses, the fleet, timings). No kubelet or CNI runs: KEDA and the HPA scale through the
-# Deployment's scale subresource, and a NetworkPolicy is checked for the API server's acceptance
-# only (enforcement needs a network plugin).
+# The manifests come from the Helm chart charts/wool-scaler, rendered by `helm template` (the
+# pinned Helm of scripts/ensure-helm.sh) with tests/helm/e2e-values.yaml and each case's values
+# (the scaler's address on this machine, the fleet, the timings), and are applied server-side;
+# the last case applies the chart's default values and every documented combination. The
+# Deployments name the images scripts/images.sh built, by digest; no kubelet runs, so no image
+# is pulled: scripts/images-test.sh proves what the images hold runs and serves. No CNI runs
+# either: KEDA and the HPA scale through the Deployment's scale subresource, and a NetworkPolicy
+# is checked for the API server's acceptance only (enforcement needs a network plugin).
 #   ./scripts/e2e-kubernetes.sh            every case
 #   E2E_CASES="activation tls" ./scripts/e2e-kubernetes.sh   some of them
 set -euo pipefail
@@ -31,6 +34,13 @@ if [[ "${WOOL_E2E_INSIDE:-}" != 1 ]]; then
     started=$SECONDS
     ENGINE="$(./scripts/ensure-engine.sh)"
     say "engine ready in $((SECONDS - started)) s: $ENGINE"
+    WOOL_E2E_HELM="$(./scripts/ensure-helm.sh)"
+    version="$(sed -n 's/^version = "\(.*\)"$/\1/p' cli/wool-scaler/Cargo.toml | head -1)"
+    [[ -f "dist/wool-worker-$version.digest" && -f "dist/wool-scaler-$version.digest" ]] || ./scripts/images.sh >&2
+    WOOL_E2E_WORKER_DIGEST="$(cat "dist/wool-worker-$version.digest")"
+    WOOL_E2E_SCALER_DIGEST="$(cat "dist/wool-scaler-$version.digest")"
+    say "images (dist/, scripts/images.sh): wool-worker $WOOL_E2E_WORKER_DIGEST, wool-scaler $WOOL_E2E_SCALER_DIGEST"
+    export WOOL_E2E_HELM WOOL_E2E_WORKER_DIGEST WOOL_E2E_SCALER_DIGEST
     [[ -x target/venvs/wool-0.15.7/bin/python ]] || ./scripts/setup-venvs.sh >&2
     cargo build --workspace --bins --example burst >&2
     export WOOL_E2E_INSIDE=1 WOOL_E2E_ENGINE="$ENGINE"
@@ -75,6 +85,9 @@ fi
 
 # ---------------------------------------------------------------- inside: the engine and cases
 BIN="$WOOL_E2E_ENGINE/bin"
+HELM="$WOOL_E2E_HELM"
+WORKER_DIGEST="$WOOL_E2E_WORKER_DIGEST"
+SCALER_DIGEST="$WOOL_E2E_SCALER_DIGEST"
 AGG_IP="${WOOL_E2E_AGG_IP:-}"
 TMP="$(mktemp -d /tmp/wool-e2e.XXXXXX)"
 PIDS=()
@@ -155,30 +168,6 @@ first_line() { # file: waits for a first line and prints it
 }
 now() { date +%s.%N | cut -c1-14; }
 k() { "$BIN/kubectl" "$@"; }
-
-# --- docs/kubernetes.md names every file in deploy/ and quotes them unchanged
-check_docs() {
-    # docs/kubernetes.md shows the manifests of deploy/ by name and in excerpts: each file must
-    # be named there, and each YAML block there must be lines of one file, in order, unchanged.
-    python3 - "$ROOT/docs/kubernetes.md" "$ROOT"/deploy/*.yaml <<'PY'
-import re, sys, os
-page = open(sys.argv[1]).read()
-files = {f: open(f).read().splitlines() for f in sys.argv[2:]}
-ok = True
-for f in files:
-    name = "deploy/" + os.path.basename(f)
-    if name not in page:
-        print(f"FAIL: {name} is not named in docs/kubernetes.md", file=sys.stderr); ok = False
-for block in re.findall(r"^```yaml\n(.*?)^```$", page, flags=re.M | re.S):
-    lines = block.splitlines()
-    def within(text):
-        return any(text[i:i + len(lines)] == lines for i in range(len(text) - len(lines) + 1))
-    if not any(within(text) for text in files.values()):
-        print("FAIL: a YAML block of docs/kubernetes.md is in no deploy/ file:\n" + block,
-              file=sys.stderr); ok = False
-sys.exit(0 if ok else 1)
-PY
-}
 
 # --- certificates: one CA for the engine (API server front proxy, the operator's and adapter's
 # gRPC, the adapter's serving), one for wool-scaler's TLS
@@ -328,16 +317,29 @@ scaler() { # name extra-args...: a wool-scaler on a free port; sets SCALER_ADDR_
     eval "SCALER_ADDR_$name=127.0.0.1:$port SCALER_METRICS_$name=127.0.0.1:$mport"
 }
 
-# --- one case's objects, from the files in deploy/
-apply_case() { # ns name scaledobject-merge-patch (JSON)
-    local ns=$1 name=$2 patch=$3
+# --- the chart, rendered: `helm template` with the images named by the digests images.sh printed
+render() { # release namespace helm-args...
+    local release=$1 ns=$2; shift 2
+    "$HELM" template "$release" "$ROOT/charts/wool-scaler" --namespace "$ns" \
+        --set "image.digest=$SCALER_DIGEST" --set "workers.image.digest=$WORKER_DIGEST" "$@"
+}
+# One case's objects: the workers' Deployment NAME (replicas 0: KEDA scales from there), its
+# headless Service and the ScaledObject NAME (with the TriggerAuthentication when the values ask
+# for TLS), from the chart with tests/helm/e2e-values.yaml, the suite's timings and the case's
+# values (later --set wins).
+apply_case() { # ns name helm-args...
+    local ns=$1 name=$2; shift 2
     k get namespace "$ns" >/dev/null 2>&1 || k create namespace "$ns" >/dev/null
-    # The workers' Deployment as deploy/ holds it, at replicas 0 (KEDA scales from there).
-    k patch --local -f deploy/wool-workers.yaml --type merge -o yaml \
-        -p "{\"metadata\":{\"name\":\"$name\"},\"spec\":{\"replicas\":0}}" | k apply --server-side -n "$ns" -f - >/dev/null
-    k patch --local -f deploy/scaledobject.yaml --type merge -o yaml \
-        -p "{\"metadata\":{\"name\":\"$name\"},\"spec\":{\"scaleTargetRef\":{\"name\":\"$name\"}}}" |
-        k patch --local -f - --type merge -o yaml -p "$patch" | k apply --server-side -n "$ns" -f - >/dev/null
+    render "$name" "$ns" -f "$ROOT/tests/helm/e2e-values.yaml" --set "workers.name=$name" \
+        --set "scaledObject.pollingInterval=$POLL" --set "scaledObject.cooldownPeriod=$COOL" \
+        --set "scaledObject.idleThreshold=${IDLE}s" --set scaledObject.maxSweepAge=1s \
+        --show-only templates/workers.yaml --show-only templates/scaledobject.yaml "$@" > "$TMP/case-$name.yaml"
+    k apply --server-side -n "$ns" -f "$TMP/case-$name.yaml" >/dev/null
+}
+targets() { # addresses...: a --set-json of the fleet's targets
+    local list
+    list="$(printf '"%s",' "$@")"
+    echo "scaledObject.fleet.targets=[${list%,}]"
 }
 replicas() { k get deployment "$2" -n "$1" -o jsonpath='{.spec.replicas}'; }
 ready_status() { k get scaledobject "$2" -n "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'; }
@@ -422,11 +424,10 @@ case_activation() {
     local ns=e2e name=activation
     echo "== activation and scale to zero (external trigger, targets, idleThreshold ${IDLE}s, pollingInterval $POLL, cooldownPeriod $COOL)"
     workers 2
-    local targets="${WORKERS[0]},${WORKERS[1]}"
     sleep $((IDLE + 1))   # a just-started worker counts as busy for idleThreshold
     local t0; t0=$(now)
     sampler_start "$ns" "$name" "$SCALER_METRICS_plain"
-    apply_case "$ns" "$name" "{\"spec\":{\"pollingInterval\":$POLL,\"cooldownPeriod\":$COOL,\"triggers\":[{\"type\":\"external\",\"metadata\":{\"scalerAddress\":\"$SCALER_ADDR_plain\",\"targets\":\"$targets\",\"idleThreshold\":\"${IDLE}s\",\"maxSweepAge\":\"1s\"}}]}}"
+    apply_case "$ns" "$name" --set "scaledObject.scalerAddress=$SCALER_ADDR_plain" --set-json "$(targets "${WORKERS[0]}" "${WORKERS[1]}")"
     mark "$name" "ScaledObject applied (workers idle)"
     dispatch_cycle "$ns" "$name" "${WORKERS[0]}" 12 $((3 * POLL + 1)) "$t0"
     local t_work=$T_WORK t_end=$T_END t_up=$T_UP t_down=$T_DOWN
@@ -450,7 +451,8 @@ case_pool() {
     echo "== a real Wool 0.15.7 pool found by namespace (external trigger, namespace: $pool_ns)"
     local t0; t0=$(now)
     sampler_start "$ns" "$name" "$SCALER_METRICS_plain"
-    apply_case "$ns" "$name" "{\"spec\":{\"pollingInterval\":$POLL,\"cooldownPeriod\":$COOL,\"triggers\":[{\"type\":\"external\",\"metadata\":{\"scalerAddress\":\"$SCALER_ADDR_plain\",\"namespace\":\"$pool_ns\",\"idleThreshold\":\"${IDLE}s\",\"maxSweepAge\":\"1s\"}}]}}"
+    apply_case "$ns" "$name" --set "scaledObject.scalerAddress=$SCALER_ADDR_plain" \
+        --set scaledObject.fleet.source=namespace --set "scaledObject.fleet.namespace=$pool_ns"
     mark "$name" "ScaledObject applied (no pool yet: a fleet of none)"
     sleep $((3 * POLL + 2))
     local t_work; t_work=$(now)
@@ -491,7 +493,8 @@ case_stream() {
     sleep $((IDLE + 1))
     local t0; t0=$(now)
     sampler_start "$ns" "$name" "$SCALER_METRICS_plain"
-    apply_case "$ns" "$name" "{\"spec\":{\"pollingInterval\":300,\"cooldownPeriod\":$COOL,\"triggers\":[{\"type\":\"external-push\",\"metadata\":{\"scalerAddress\":\"$SCALER_ADDR_plain\",\"targets\":\"$w\",\"idleThreshold\":\"${IDLE}s\",\"maxSweepAge\":\"1s\"}}]}}"
+    apply_case "$ns" "$name" --set "scaledObject.scalerAddress=$SCALER_ADDR_plain" --set-json "$(targets "$w")" \
+        --set scaledObject.triggerType=external-push --set scaledObject.pollingInterval=300
     mark "$name" "ScaledObject applied"
     wait_for 30 "the ScaledObject Ready" sh -c "[ \"\$('$BIN/kubectl' get scaledobject $name -n $ns -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}')\" = True ]" || true
     sleep 6
@@ -520,32 +523,36 @@ case_stream() {
 }
 
 # TLS from KEDA to wool-scaler: the scaler serves mutual TLS; KEDA takes caCert, tlsClientCert and
-# tlsClientKey from Secrets through the TriggerAuthentication of deploy/scaler-tls.yaml.
+# tlsClientKey from Secrets through the TriggerAuthentication the chart renders with scaler.tls.
 case_tls() {
     local ns=e2e name=tls
-    echo "== TLS from KEDA to the scaler (mutual; deploy/scaler-tls.yaml's TriggerAuthentication)"
-    k create secret generic wool-scaler-serving-tls -n "$ns" --from-file=ca.crt="$TMP/pki/scaler-ca.crt" >/dev/null
+    echo "== TLS from KEDA to the scaler (mutual; the chart's TriggerAuthentication, scaler.tls)"
+    k get namespace "$ns" >/dev/null 2>&1 || k create namespace "$ns" >/dev/null
+    k create secret generic wool-scaler-serving-tls -n "$ns" --from-file=ca.crt="$TMP/pki/scaler-ca.crt" \
+        --from-file=tls.crt="$TMP/pki/wool-scaler.crt" --from-file=tls.key="$TMP/pki/wool-scaler.key" >/dev/null
     k create secret tls keda-to-scaler-tls -n "$ns" --cert="$TMP/pki/keda-to-scaler.crt" --key="$TMP/pki/keda-to-scaler.key" >/dev/null
-    k apply --server-side -n "$ns" -f deploy/scaler-tls.yaml >/dev/null
     workers 1
     local w="${WORKERS[-1]}"
     sleep $((IDLE + 1))
     local t0; t0=$(now)
     sampler_start "$ns" "$name" "$SCALER_METRICS_tls"
-    apply_case "$ns" "$name" "{\"spec\":{\"pollingInterval\":$POLL,\"cooldownPeriod\":$COOL,\"triggers\":[{\"type\":\"external\",\"authenticationRef\":{\"name\":\"wool-scaler-tls\"},\"metadata\":{\"scalerAddress\":\"$SCALER_ADDR_tls\",\"enableTLS\":\"true\",\"targets\":\"$w\",\"idleThreshold\":\"${IDLE}s\",\"maxSweepAge\":\"1s\"}}]}}"
-    # the same ScaledObject without the TriggerAuthentication: the scaler must refuse KEDA
-    apply_case "$ns" "$name-noauth" "{\"spec\":{\"pollingInterval\":$POLL,\"cooldownPeriod\":$COOL,\"triggers\":[{\"type\":\"external\",\"metadata\":{\"scalerAddress\":\"$SCALER_ADDR_tls\",\"enableTLS\":\"true\",\"targets\":\"$w\",\"idleThreshold\":\"${IDLE}s\"}}]}}"
-    mark "$name" "ScaledObjects applied (with and without the TriggerAuthentication)"
+    local tls=(--set "scaledObject.scalerAddress=$SCALER_ADDR_tls" --set-json "$(targets "$w")"
+               --set scaler.tls.enabled=true --set scaler.tls.secretName=wool-scaler-serving-tls)
+    apply_case "$ns" "$name" "${tls[@]}" --set scaler.tls.kedaClientSecretName=keda-to-scaler-tls
+    # the same without KEDA's client certificate (its TriggerAuthentication gives caCert only):
+    # the scaler serves mutual TLS, so it must refuse KEDA
+    apply_case "$ns" "$name-noauth" "${tls[@]}"
+    mark "$name" "ScaledObjects applied (with and without KEDA's client certificate)"
     dispatch_cycle "$ns" "$name" "$w" 10 $((2 * POLL)) "$t0"
     local t_work=$T_WORK t_end=$T_END t_up=$T_UP t_down=$T_DOWN
     check tls "ScaledObject Ready over mutual TLS" test "$(ready_status "$ns" "$name")" = True
     [[ -n "$t_up" ]] && check tls "replicas leave 0 during the task" sh -c "awk 'BEGIN{exit !($t_up > $t_work && $t_up <= $t_end)}'" ||
         check tls "replicas leave 0 during the task" false
     check tls "and return to 0 after it" test -n "$t_down"
-    check tls "without the TriggerAuthentication the ScaledObject is not Ready (the scaler refuses KEDA)" \
+    check tls "without KEDA's client certificate the ScaledObject is not Ready (the scaler refuses KEDA)" \
         test "$(ready_status "$ns" "$name-noauth")" != True
     check tls "and its Deployment stays at 0" test "$(replicas "$ns" "$name-noauth")" = 0
-    RESULTS+=("tls: Ready=$(ready_status "$ns" "$name") with the TriggerAuthentication, Ready=$(ready_status "$ns" "$name-noauth") without; 0->1->0 through mutual TLS")
+    RESULTS+=("tls: Ready=$(ready_status "$ns" "$name") with KEDA's client certificate, Ready=$(ready_status "$ns" "$name-noauth") without; 0->1->0 through mutual TLS")
     k delete scaledobject "$name-noauth" -n "$ns" --wait=false >/dev/null
 }
 
@@ -559,9 +566,11 @@ case_unreachable() {
     local w="${WORKERS[-1]}"
     local t0; t0=$(now)
     sampler_start "$ns" "$name" "$SCALER_METRICS_down"
-    local fb=""
-    [[ -n "$fallback" ]] && fb="\"fallback\":{\"failureThreshold\":2,\"replicas\":3},"
-    apply_case "$ns" "$name" "{\"spec\":{$fb\"pollingInterval\":$POLL,\"cooldownPeriod\":$COOL,\"maxReplicaCount\":5,\"triggers\":[{\"type\":\"external\",\"metricType\":\"AverageValue\",\"metadata\":{\"scalerAddress\":\"$SCALER_ADDR_down\",\"targets\":\"$w\",\"idleThreshold\":\"30s\",\"maxSweepAge\":\"1s\"}}]}}"
+    local fb=()
+    [[ -n "$fallback" ]] && fb=(--set-json 'scaledObject.fallback={"failureThreshold":2,"replicas":3}')
+    apply_case "$ns" "$name" --set "scaledObject.scalerAddress=$SCALER_ADDR_down" --set-json "$(targets "$w")" \
+        --set scaledObject.maxReplicaCount=5 --set scaledObject.metricType=AverageValue \
+        --set scaledObject.idleThreshold=30s "${fb[@]}"
     mark "$name" "ScaledObject applied (the worker just started: busy for 30 s)"
     wait_replicas "$ns" "$name" 'r > 0' 30 || true
     local r_before; r_before=$(replicas "$ns" "$name")
@@ -602,7 +611,9 @@ case_hpa() {
     sleep $((IDLE + 1))
     local t0; t0=$(now)
     sampler_start "$ns" "$name" "$SCALER_METRICS_plain"
-    apply_case "$ns" "$name" "{\"spec\":{\"pollingInterval\":$POLL,\"cooldownPeriod\":$COOL,\"maxReplicaCount\":4,\"advanced\":{\"horizontalPodAutoscalerConfig\":{\"behavior\":{\"scaleDown\":{\"stabilizationWindowSeconds\":0},\"scaleUp\":{\"stabilizationWindowSeconds\":0}}}},\"triggers\":[{\"type\":\"external\",\"metadata\":{\"scalerAddress\":\"$SCALER_ADDR_plain\",\"targets\":\"$a,$b,$c,$d\",\"idleThreshold\":\"${IDLE}s\",\"maxSweepAge\":\"1s\",\"targetValue\":\"1\"}}]}}"
+    apply_case "$ns" "$name" --set "scaledObject.scalerAddress=$SCALER_ADDR_plain" --set-json "$(targets "$a" "$b" "$c" "$d")" \
+        --set scaledObject.maxReplicaCount=4 --set scaledObject.targetValue=1 \
+        --set-json 'scaledObject.advanced={"horizontalPodAutoscalerConfig":{"behavior":{"scaleDown":{"stabilizationWindowSeconds":0},"scaleUp":{"stabilizationWindowSeconds":0}}}}'
     mark "$name" "ScaledObject applied (4 workers idle, targetValue 1)"
     sleep $((3 * POLL))
     local t_work; t_work=$(now)
@@ -625,34 +636,46 @@ case_hpa() {
     RESULTS+=("hpa: peak $peak replicas with 3 busy workers (targetValue 1); back to 0 $( [[ -n "$t_down" ]] && awk -v a="$t_down" -v b="$t_end" 'BEGIN{printf "%.1f", a-b}') s after the end")
 }
 
-# Every manifest in deploy/, applied as it stands (server-side, not a dry run); the
-# NetworkPolicies are accepted by the API server (no CNI here: nothing enforces them).
+# The chart as an operator installs it: its default values and every documented combination
+# (charts/wool-scaler/ci/*-values.yaml), each rendered by `helm template` into a namespace of its
+# own and applied server-side (not a dry run). The ScaledObjects go in paused (the
+# scaledObject.annotations value): their scalerAddress is a cluster name, and KEDA would look it
+# up in DNS. The NetworkPolicies are accepted by the API server (no CNI here: nothing enforces
+# them).
 case_manifests() {
-    echo "== the manifests of deploy/, applied server-side as they stand"
-    k create namespace docs >/dev/null
-    k create namespace keda-docs >/dev/null 2>&1 || true
-    local f out ok=0
-    for f in deploy/wool-workers.yaml deploy/scaler-tls.yaml deploy/wool-scaler.yaml deploy/network-policies.yaml deploy/scaledobject.yaml; do
-        # The ScaledObject goes in paused (one annotation added): its scalerAddress is a cluster
-        # name, and KEDA would look it up in DNS.
-        local add=(cat "$f")
-        [[ $f == deploy/scaledobject.yaml ]] && add=(k annotate --local -f "$f" autoscaling.keda.sh/paused=true -o yaml)
-        if out="$("${add[@]}" | k apply --server-side -n docs -f - 2>&1)"; then
-            echo "    $f: $(tr '\n' ';' <<<"$out")"
+    echo "== the chart's manifests (default values and every documented combination), applied server-side"
+    local combo ns out ok=0 n=0
+    for combo in default "$ROOT"/charts/wool-scaler/ci/*-values.yaml; do
+        ns="docs-$n"; n=$((n + 1))
+        k create namespace "$ns" >/dev/null
+        local args=()
+        [[ $combo != default ]] && args=(-f "$combo")
+        if ! render wool "$ns" "${args[@]}" --set-json 'scaledObject.annotations={"autoscaling.keda.sh/paused":"true"}' \
+            > "$TMP/manifests-$n.yaml" 2> "$TMP/logs/helm-$n.log"; then
+            echo "    $(basename "$combo"): helm template failed: $(cat "$TMP/logs/helm-$n.log")"; ok=1; continue
+        fi
+        if out="$(k apply --server-side -n "$ns" -f "$TMP/manifests-$n.yaml" 2>&1)"; then
+            echo "    $(basename "$combo") (namespace $ns): $(tr '\n' ';' <<<"$out")"
         else
-            echo "    $f: REFUSED: $out"; ok=1
+            echo "    $(basename "$combo"): REFUSED: $out"; ok=1
         fi
     done
-    check manifests "every deploy/ manifest accepted" test $ok = 0
-    check manifests "both NetworkPolicies stored (API server acceptance only: no CNI enforces them here)" \
-        test "$(k get networkpolicy -n docs -o name | wc -l)" = 2
-    local sel; sel="$(k get networkpolicy -n docs wool-scaler -o jsonpath='{.spec.ingress[0].from[0].podSelector.matchLabels.app}')"
-    check manifests "the scaler's policy lets only KEDA's operator reach 9090, as written (podSelector app=$sel)" test "$sel" = keda-operator
+    check manifests "every rendering accepted by kube-apiserver (KEDA's CRDs validating the ScaledObjects)" test $ok = 0
+    local image
+    image="$(k get deployment -n docs-0 wool-scaler -o jsonpath='{.spec.template.spec.containers[0].image}')"
+    check manifests "the scaler's Deployment names the image scripts/images.sh built, by digest ($image)" \
+        test "$image" = "ghcr.io/libwool/wool-scaler@$SCALER_DIGEST"
+    image="$(k get deployment -n docs-1 wool-workers -o jsonpath='{.spec.template.spec.containers[0].image}')"   # ci/namespace-values.yaml
+    check manifests "the workers' Deployment names the image scripts/images.sh built, by digest ($image)" \
+        test "$image" = "ghcr.io/libwool/wool-worker@$WORKER_DIGEST"
+    check manifests "the default values' NetworkPolicy stored (API server acceptance only: no CNI enforces it)" \
+        test "$(k get networkpolicy -n docs-0 -o name | wc -l)" = 1
+    local sel; sel="$(k get networkpolicy -n docs-0 wool-scaler -o jsonpath='{.spec.ingress[0].from[0].podSelector.matchLabels.app}')"
+    check manifests "the scaler's policy lets only KEDA's operator reach 9090, as rendered (podSelector app=$sel)" test "$sel" = keda-operator
 }
 
 # ----------------------------------------------------------------------------- run
 CASES="${E2E_CASES:-activation pool stream tls unreachable hpa manifests}"
-check_docs || FAILS+=("docs: a manifest excerpt in docs/kubernetes.md differs from deploy/")
 say "temp dir $TMP"
 certs
 control_plane

@@ -59,7 +59,10 @@ suite "Python binding (pytest)" ./scripts/python-test.sh -q
 suite "hostile input: every fuzz target, 10 s each" ./scripts/fuzz.sh 10
 suite "sanitizers: ASan+LSan C harness, TSan concurrency tests, miri" ./scripts/sanitizers.sh
 suite "soak: C API vs a worker SIGKILLed every 10 s (2 min)" ./scripts/soak.sh 2
-suite "Kubernetes: wool-scaler driving KEDA v2.21.0 and kube-apiserver v1.36.3 (engine built once, ~13 min)" ./scripts/e2e-kubernetes.sh
+suite "images: wool-worker and wool-scaler built FROM scratch (static musl binaries, buildah)" ./scripts/images.sh
+suite "images: each root filesystem run as UID 65532, polled and stopped from the host" ./scripts/images-test.sh
+suite "Helm chart: lint, template of every documented combination, bad values refused" ./scripts/helm-test.sh
+suite "Kubernetes: the chart's manifests on kube-apiserver v1.36.3 with KEDA v2.21.0 (engine built once, ~13 min)" ./scripts/e2e-kubernetes.sh
 
 echo
 if ((failed)); then

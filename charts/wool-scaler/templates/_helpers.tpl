@@ -1,0 +1,74 @@
+{{/* The scaler's name: <release>-scaler, or the release name when it already says wool-scaler. */}}
+{{- define "wool.scalerName" -}}
+{{- if contains "scaler" .Release.Name -}}{{ .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else -}}{{ printf "%s-scaler" .Release.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
+{{- end -}}
+
+{{- define "wool.workersName" -}}
+{{- .Values.workers.name | default (printf "%s-workers" .Release.Name) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "wool.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}{{ .Values.serviceAccount.name | default (include "wool.scalerName" .) }}
+{{- else -}}{{ .Values.serviceAccount.name | default "default" }}{{- end -}}
+{{- end -}}
+
+{{/* An image reference: repository@digest when a digest is given, else repository:tag. */}}
+{{- define "wool.image" -}}
+{{- if .image.digest -}}{{ .image.repository }}@{{ .image.digest }}
+{{- else -}}{{ .image.repository }}:{{ .image.tag | default .chart.AppVersion }}{{- end -}}
+{{- end -}}
+
+{{- define "wool.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: wool
+{{- end -}}
+
+{{- define "wool.scalerSelector" -}}
+app.kubernetes.io/name: wool-scaler
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "wool.workersSelector" -}}
+app.kubernetes.io/name: wool-worker
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* The pod and container security context both programs run with: the images' user. */}}
+{{- define "wool.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+seccompProfile: {type: RuntimeDefault}
+{{- end -}}
+{{- define "wool.securityContext" -}}
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+privileged: false
+capabilities: {drop: [ALL]}
+{{- end -}}
+
+{{/* Checks across values that values.schema.json cannot state with a clear message. */}}
+{{- define "wool.validate" -}}
+{{- $f := .Values.scaledObject.fleet -}}
+{{- if and $f.targets $f.dnsName -}}
+{{- fail "scaledObject.fleet: targets and dnsName are both set; give only the one fleet.source names" -}}
+{{- end -}}
+{{- if .Values.scaledObject.enabled -}}
+{{- if and (eq $f.source "targets") (not $f.targets) -}}
+{{- fail "scaledObject.fleet.targets: fleet.source is targets but the list is empty" -}}
+{{- end -}}
+{{- if and (eq $f.source "namespace") (not $f.namespace) -}}
+{{- fail "scaledObject.fleet.namespace: fleet.source is namespace but no namespace is given" -}}
+{{- end -}}
+{{- if and (eq $f.source "dns") (not $f.dnsName) (not .Values.workers.enabled) -}}
+{{- fail "scaledObject.fleet.dnsName: fleet.source is dns: give dnsName, or enable workers (their headless Service)" -}}
+{{- end -}}
+{{- if and (not .Values.scaledObject.scaleTargetName) (not .Values.workers.enabled) -}}
+{{- fail "scaledObject.scaleTargetName: give the Deployment to scale, or enable workers" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
