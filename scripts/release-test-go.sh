@@ -14,8 +14,9 @@
 #      worker exits 0. Then `go mod vendor` and a -mod=vendor build (the prebuilt archive is
 #      vendored with the binding), which runs as well;
 #   2. the same consumer cross-built for linux/arm64 (CC="zig cc -target aarch64-linux-gnu.2.17",
-#      zig from scripts/ensure-zigbuild.sh) and run under qemu-user (qemu-aarch64-static with
-#      Debian's aarch64 glibc, libc6-arm64-cross) against an x86_64 worker over loopback;
+#      zig from PATH, else from scripts/ensure-zigbuild.sh) and run under qemu-user
+#      (qemu-aarch64-static with Debian's aarch64 glibc, libc6-arm64-cross) against an x86_64
+#      worker over loopback;
 #   3. bad input: builds for linux/riscv64 and darwin/arm64 fail at compile time with the
 #      message naming the supported platforms (link_unsupported.go), without cgo and with cgo
 #      (zig cc as the platform's C compiler), and leave no binary.
@@ -43,8 +44,18 @@ if ! command -v qemu-aarch64-static >/dev/null || [[ ! -e /usr/aarch64-linux-gnu
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         qemu-user-static libc6-arm64-cross >&2
 fi
-ZIG="$("$ROOT/scripts/ensure-zigbuild.sh")/zig"
-[[ -x "$ZIG" ]] || fail "scripts/ensure-zigbuild.sh gave no zig"
+# Zig: the one on PATH (a caller that prepended scripts/ensure-zigbuild.sh's directory), else
+# from scripts/ensure-zigbuild.sh itself, which needs rustup and rustc and so runs only here,
+# before PATH loses them.
+if command -v zig >/dev/null; then
+    ZIG="$(command -v zig)"
+elif command -v rustc >/dev/null; then
+    ZIG="$("$ROOT/scripts/ensure-zigbuild.sh")/zig"
+else
+    fail "no zig on PATH: prepend the directory scripts/ensure-zigbuild.sh prints"
+fi
+[[ -x "$ZIG" ]] || fail "no zig at $ZIG"
+log "zig $("$ZIG" version) ($ZIG)"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/wool-release-go.XXXXXX")"
 worker_pid=""
