@@ -25,24 +25,34 @@ if (!address || !libPath) {
     process.exit(2);
 }
 
-const lib = koffi.load(libPath);
 // wool_status is a C enum: an int. WOOL_STATUS_OK is 0, WOOL_STATUS_INVALID_ARGUMENT is 1.
 const WOOL_STATUS_OK = 0;
 const WOOL_STATUS_INVALID_ARGUMENT = 1;
-koffi.opaque('wool_connection');
-koffi.opaque('wool_credentials');
-const wool = {
-    version: lib.func('const char *wool_version(void)'),
-    connect: lib.func(
-        'int wool_connect(const char *target, const wool_credentials *credentials, _Out_ wool_connection **out)'),
-    idle: lib.func(
-        'int wool_idle(const wool_connection *conn, double timeout_seconds, _Out_ double *out_seconds)'),
-    stop: lib.func('int wool_stop(const wool_connection *conn, double grace_seconds, double timeout_seconds)'),
-    free: lib.func('void wool_free(wool_connection *conn)'),
-    lastError: lib.func('size_t wool_last_error(_Out_ uint8_t *buf, size_t len)'),
-    lastRpcCode: lib.func('int32_t wool_last_rpc_code(void)'),
-    statusName: lib.func('const char *wool_status_name(int status)'),
-};
+let wool;
+
+// Loads the library (dlopen) and declares the part of wool.h used here.
+function load(path) {
+    let lib;
+    try {
+        lib = koffi.load(path);
+    } catch (err) {
+        throw new Error(`cannot load ${path}: ${err.message}`);
+    }
+    koffi.opaque('wool_connection');
+    koffi.opaque('wool_credentials');
+    return {
+        version: lib.func('const char *wool_version(void)'),
+        connect: lib.func(
+            'int wool_connect(const char *target, const wool_credentials *credentials, _Out_ wool_connection **out)'),
+        idle: lib.func(
+            'int wool_idle(const wool_connection *conn, double timeout_seconds, _Out_ double *out_seconds)'),
+        stop: lib.func('int wool_stop(const wool_connection *conn, double grace_seconds, double timeout_seconds)'),
+        free: lib.func('void wool_free(wool_connection *conn)'),
+        lastError: lib.func('size_t wool_last_error(_Out_ uint8_t *buf, size_t len)'),
+        lastRpcCode: lib.func('int32_t wool_last_rpc_code(void)'),
+        statusName: lib.func('const char *wool_status_name(int status)'),
+    };
+}
 
 // The message of this thread's most recent failure (the library keeps it per thread; koffi's
 // synchronous calls all run on Node's main thread). The first call asks for the length.
@@ -64,6 +74,7 @@ function check(what, status) {
 }
 
 function main() {
+    wool = load(libPath);
     console.log(`libwool ${wool.version()} loaded from ${libPath}`);
 
     const out = [null];
