@@ -71,5 +71,5 @@ out="$(cd "$ROOT/scripts/gomodzip" && go run . -module "$MODULE" -version "v$ver
     -dir "$mod" -proxy "$proxy" -time "$stamp")"
 echo "$out" | sed 's/^/release-go: /'
 zip_file="$proxy/$MODULE/@v/v$version.zip"
-unzipped="$(du -sb "$mod" | cut -f1)"
+unzipped="$(find "$mod" -type f -printf '%s\n' | awk '{ n += $1 } END { print n }')"
 echo "release-go: $MODULE v$version: zip $(stat -c %s "$zip_file") bytes, $unzipped bytes unzipped (the proxy's limit: 500 MB unzipped)"
