@@ -170,6 +170,12 @@ while IFS= read -r -d '' f; do
     elves=$((elves + 1))
 done < <(find "$work/unpacked" -type f -name '*.so*' -print0 | sort -z)
 ((elves == 4)) || fail "expected 4 shared libraries (2 archives, 2 wheels), found $elves"
+for arch in x86_64 aarch64; do
+    cmp -s "$work/unpacked/wheel-$arch/libwool/_libwool.abi3.so" \
+        "$work/unpacked/libwool-$VERSION-$arch-linux-gnu/lib/libwool.so.$VERSION" ||
+        fail "the $arch wheel's library is not the C archive's libwool.so.$VERSION"
+done
+log "ok: each wheel bundles its arch's C archive library, byte for byte"
 
 # --- 2. Python wheel -------------------------------------------------------------------------
 cd "$work"

@@ -20,7 +20,8 @@
 # glibc 2.17's symbol versions (scripts/ensure-zigbuild.sh: pinned ziglang and cargo-zigbuild
 # from PyPI, no Docker, no system cross toolchain), SONAME libwool.so.<major>.<minor> as
 # cargo-c gives it (scripts/install.sh). Staged, stripped (llvm-strip: --strip-all for the
-# .so, --strip-debug for the .a), in target/release-stage/<triple>/{lib,include}, which the
+# .so, --strip-debug for the .a), in target/release-stage/<triple>/{lib,include} (under
+# $CARGO_TARGET_DIR when set), which the
 # C archives, the wheels (setup.py's LIBWOOL_PREBUILT_LIBRARY: no second cargo build) and the
 # Go module are all made from.
 #
@@ -34,8 +35,9 @@ cd "$ROOT"
 DIST="${1:-$ROOT/dist}"
 mkdir -p "$DIST"
 DIST="$(cd "$DIST" && pwd)"
-STAGE="$ROOT/target/release-stage"
-WORK="$ROOT/target/release-work"
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+STAGE="$TARGET_DIR/release-stage"
+WORK="$TARGET_DIR/release-work"
 ARCHES=(x86_64 aarch64)
 log() { echo "release: $*" >&2; }
 die() { echo "release: FAIL: $*" >&2; exit 1; }
@@ -74,7 +76,11 @@ normalize_modes() { # dir: directories and executables 0755, other files 0644
 # the last matching rule wins, so the most specific come last.
 RUSTFLAGS_DIST="--remap-path-prefix=$HOME=/home --remap-path-prefix=$CARGO_HOME_DIR=/cargo"
 RUSTFLAGS_DIST+=" --remap-path-prefix=$RUSTUP_HOME_DIR=/rustup --remap-path-prefix=$ROOT=/libwool"
+# The target directory too (build scripts' OUT_DIR, e.g. the generated protobuf code), wherever
+# it is: a build in another target directory gives the same bytes.
+RUSTFLAGS_DIST+=" --remap-path-prefix=$TARGET_DIR=/target"
 CFLAGS_DIST="-ffile-prefix-map=$HOME=/home -ffile-prefix-map=$CARGO_HOME_DIR=/cargo -ffile-prefix-map=$ROOT=/libwool"
+CFLAGS_DIST+=" -ffile-prefix-map=$TARGET_DIR=/target"
 NATIVE_LIBS=""
 for arch in "${ARCHES[@]}"; do
     triple="$arch-unknown-linux-gnu"
@@ -91,7 +97,7 @@ for arch in "${ARCHES[@]}"; do
     [[ -n "$libs" ]] || die "$triple: rustc printed no native-static-libs (see $WORK/cargo-$arch.log)"
     if [[ -z "$NATIVE_LIBS" ]]; then NATIVE_LIBS="$libs"
     elif [[ "$libs" != "$NATIVE_LIBS" ]]; then die "native-static-libs differ by arch: '$NATIVE_LIBS' / '$libs'"; fi
-    out="${CARGO_TARGET_DIR:-$ROOT/target}/$triple/dist"
+    out="$TARGET_DIR/$triple/dist"
     s="$STAGE/$triple"
     mkdir -p "$s/lib" "$s/include"
     llvm-strip --strip-all -o "$s/lib/libwool.so.$VERSION" "$out/libwool.so"
@@ -193,10 +199,10 @@ done
 # --- Rust crates -----------------------------------------------------------------------------
 # As scripts/packages.sh packs them (packages.sh also builds each as packaged); in a target
 # directory of this checkout's own, not verified again here.
-CARGO_TARGET_DIR="$ROOT/target/release-package" cargo package --quiet --locked --allow-dirty --no-verify \
+CARGO_TARGET_DIR="$TARGET_DIR/release-package" cargo package --quiet --locked --allow-dirty --no-verify \
     -p libwool -p libwool-capi
 for crate in libwool libwool-capi; do
-    cp "$ROOT/target/release-package/package/$crate-$VERSION.crate" "$DIST/"
+    cp "$TARGET_DIR/release-package/package/$crate-$VERSION.crate" "$DIST/"
 done
 log "libwool-$VERSION.crate, libwool-capi-$VERSION.crate"
 
