@@ -62,7 +62,7 @@ cc -O2 -Wall -Wextra -Iinclude benches/c/idle_bench.c -o "$BIN/idle_bench" \
 cc -O2 -Wall -Wextra benches/c/pingpong.c -o "$BIN/pingpong" -lm
 
 say "building the Go driver (the Go binding, linked to target/release)"
-# The binding finds libwool through pkg-config ("wool"): a wool.pc for this tree's release build
+# The binding finds libwool through pkg-config ("wool", build tag woolpkgconfig): a wool.pc for this tree's release build
 # (include/wool.h, target/release/libwool.so, its directory as the run path). CGO_LDFLAGS puts
 # target/release first either way.
 PC_DIR="$OUT/pkgconfig"
@@ -75,7 +75,7 @@ Libs: -L$REL -Wl,-rpath,$REL -lwool
 Cflags: -I$ROOT/include
 PC
 (cd benches/go && PKG_CONFIG_PATH="$PC_DIR${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" \
-    CGO_LDFLAGS="-L$REL -Wl,-rpath,$REL" go build -o "$BIN/wool-bench-go" .)
+    CGO_LDFLAGS="-L$REL -Wl,-rpath,$REL" go build -tags woolpkgconfig -o "$BIN/wool-bench-go" .)
 say "building the grpc-go anchor (benches/grpc-go: google.golang.org/grpc, no libwool)"
 (cd benches/grpc-go && go build -o "$BIN/grpc-go-bench" .)
 

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Runs the Go binding's tests with the race detector against real workers and an installed
-# libwool, as a user of the binding would have it:
+# libwool, as a user of the binding who installs libwool system-wide would have it (build tag
+# woolpkgconfig: a checkout holds no prebuilt libwool.a, which only the released module
+# carries; scripts/release-test-go.sh tests that default build from the release):
 #   1. bindings/go (the binding, module github.com/libwool/libwool/bindings/go) and examples/go
-#      (the example programs, their own module): go vet, gofmt, go test -race;
+#      (the example programs, their own module): go vet, gofmt, go test -race, with
+#      -tags woolpkgconfig;
 #   2. a consumer module outside the repository (a temporary directory made from
 #      bindings/go/testdata/consumer: a go.mod requiring the binding, replaced by this
-#      checkout's bindings/go, no network needed): go vet, go test -race, then the same test
-#      built with -tags woolstatic, checked to need no libwool.so, and run without
-#      LD_LIBRARY_PATH.
+#      checkout's bindings/go, no network needed): go vet, go test -race (-tags
+#      woolpkgconfig), then the same test built with -tags woolstatic, checked to need no
+#      libwool.so, and run without LD_LIBRARY_PATH.
 #
 #   ./scripts/go-test.sh [go test flags...]     e.g. -run TestMutualTLS -v (for step 1)
 #
@@ -42,20 +45,21 @@ export PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PAT
 export LD_LIBRARY_PATH="$PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "go-test: libwool $(pkg-config --modversion wool) from $(pkg-config --variable=libdir wool)"
 
-# go vet, gofmt and go test -race in one module directory; extra arguments go to go test.
+# go vet, gofmt and go test -race in one module directory, linking libwool through pkg-config
+# (-tags woolpkgconfig); extra arguments go to go test.
 check_module() {
     local dir="$1"
     shift
     echo "go-test: $dir"
     (
         cd "$dir"
-        go vet ./...
+        go vet -tags woolpkgconfig ./...
         unformatted="$(gofmt -l .)"
         if [[ -n "$unformatted" ]]; then
             echo "go-test: not gofmt-formatted in $dir:" $unformatted >&2
             exit 1
         fi
-        go test -race -count=1 "$@" ./...
+        go test -race -count=1 -tags woolpkgconfig "$@" ./...
     )
 }
 

@@ -55,6 +55,10 @@ suite "C harness under valgrind" ./scripts/valgrind-c.sh
 suite "C consumers of the installed library (pkg-config, CMake)" ./scripts/consumers-test.sh
 suite "Go binding (go test -race)" ./scripts/go-test.sh
 suite "Python binding (pytest)" ./scripts/python-test.sh -q
+# What users install: dist/ built for x86_64 and aarch64 (glibc 2.17), each artifact installed
+# outside the checkout with no Rust on PATH and run against a worker (aarch64 under qemu).
+release() { ./scripts/release.sh && ./scripts/release-test.sh; }
+suite "release: dist/ built, each artifact installed and run with no Rust on PATH" release
 # Breaking it on purpose, in short forms (the long ones: docs/testing.md, "Breaking it on purpose").
 suite "hostile input: every fuzz target, 10 s each" ./scripts/fuzz.sh 10
 suite "sanitizers: ASan+LSan C harness, TSan concurrency tests, miri" ./scripts/sanitizers.sh

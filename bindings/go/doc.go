@@ -1,7 +1,7 @@
 // Package wool polls and retires workers of the Wool distributed runtime: it asks a worker how
 // long it has been idle and tells it to stop. It is a thin cgo binding over libwool's C API
-// (wool.h, installed with the library); the protocol, the connection pool and the error
-// classification all live in the Rust library, once.
+// (wool.h); the protocol, the connection pool and the error classification all live in the
+// Rust library, once.
 //
 //	conn, err := wool.Connect("127.0.0.1:50051")
 //	if err != nil { ... }
@@ -49,37 +49,52 @@
 //
 // # Installing
 //
-// The package is a cgo binding: it needs libwool, the C library, installed where pkg-config
-// finds it as "wool" (wool.pc, wool.h, libwool.so and libwool.a), and a C compiler. From a
-// clone of the libwool repository (Rust and cargo-c needed; scripts/install.sh builds the C
-// ABI, the capi feature, with `cargo cinstall`):
+// The package is a cgo binding (a C compiler and CGO_ENABLED=1 are needed). Its released
+// module carries libwool prebuilt for linux/amd64 and linux/arm64 (static, stripped, for a
+// glibc of 2.17 or newer) and its header, so in your module
 //
-//	scripts/install.sh $PREFIX                 # e.g. /usr/local, or $HOME/.local
-//
-// Then, in your module:
-//
-//	export PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig   # unless pkg-config already looks there
 //	go get github.com/libwool/libwool/bindings/go
+//	go build ./...
 //
-// and import it as
+// needs no libwool installed, no pkg-config and no Rust: the default build links
+// lib/linux_<arch>/libwool.a from the module's own directory (link_prebuilt_linux_*.go), and
+// the binary needs no libwool.so at run time. Import it as
 //
 //	import wool "github.com/libwool/libwool/bindings/go"
 //
-// # Linking
+// Its versions are libwool's: v0.5.0 is tagged bindings/go/v0.5.0 (a nested module: its
+// directory is the tag's prefix). Cross-compiling to linux/arm64 takes a C cross compiler, e.g. Zig's:
 //
-// By default the package links libwool.so dynamically (`#cgo pkg-config: wool`), so the
-// binary needs it at run time: install into a directory the dynamic loader searches (then run
-// ldconfig), or set LD_LIBRARY_PATH=$PREFIX/lib, or record the directory in the binary:
+//	CGO_ENABLED=1 GOARCH=arm64 CC="zig cc -target aarch64-linux-gnu.2.17" go build ./...
 //
-//	CGO_LDFLAGS="-Wl,-rpath,$PREFIX/lib" go build ./...
+// Other platforms have no prebuilt library: there the default build stops at compile time
+// with an error naming the supported platforms (undefined:
+// libwool_prebuilt_only_for_linux_amd64_and_linux_arm64...); build with a libwool you
+// install, as below.
 //
-// The build tag woolstatic links libwool.a into the binary instead, with the system libraries
-// `pkg-config --static wool` lists; the binary then needs no libwool.so:
+// # Linking an installed libwool
+//
+// The build tag woolpkgconfig links the libwool that pkg-config finds as "wool" instead (wool.pc,
+// wool.h, libwool.so and libwool.a; from the release's C archive, or from a clone of the
+// repository with scripts/install.sh $PREFIX, which needs Rust and cargo-c). A checkout of the
+// repository holds no prebuilt library, so the repository's own builds and tests use this tag.
+//
+//	export PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig   # unless pkg-config already looks there
+//	go build -tags woolpkgconfig ./...
+//
+// It links libwool.so dynamically (`#cgo pkg-config: wool`), so the binary needs it at run
+// time: install into a directory the dynamic loader searches (then run ldconfig), or set
+// LD_LIBRARY_PATH=$PREFIX/lib, or record the directory in the binary:
+//
+//	CGO_LDFLAGS="-Wl,-rpath,$PREFIX/lib" go build -tags woolpkgconfig ./...
+//
+// The build tag woolstatic links the installed libwool.a into the binary instead, with the
+// system libraries `pkg-config --static wool` lists; the binary then needs no libwool.so:
 //
 //	go build -tags woolstatic ./...
 //
 // The go command's build cache does not track an installed libwool.a, so after reinstalling
-// libwool rebuild static binaries with -a; the dynamic default always loads the current
+// libwool rebuild static binaries with -a; the dynamic build always loads the current
 // libwool.so.
 //
 // # Concurrency and lifetime

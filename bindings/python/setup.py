@@ -34,8 +34,20 @@ Why setuptools-rust (with ``Binding.NoBinding``) rather than maturin:
 The wheel is tagged ``cp39-abi3``: the library uses no Python API at all, so one wheel fits
 every CPython >= 3.9 of that platform.
 
-Only a checkout can build it (the crate lies outside this directory): an sdist of this
-directory alone cannot, which is said plainly below rather than failing inside cargo.
+Where the Rust sources come from, first match:
+
+* a checkout: ``../../capi/Cargo.toml`` (the workspace's C ABI package, its Cargo.lock);
+* the sdist (``libwool-<version>.tar.gz``, made by ``scripts/release.sh``): ``rust/capi``
+  and ``rust/libwool``, the two crates as ``cargo package`` packs them, in a workspace of
+  their own (``rust/Cargo.toml``, whose ``[patch.crates-io]`` points ``libwool`` at
+  ``rust/libwool``) with its ``Cargo.lock``, built ``--locked``; cargo fetches the other
+  crates from crates.io at build time (none are vendored).
+
+``LIBWOOL_PREBUILT_LIBRARY=/path/to/libwool.so`` skips cargo altogether: that file, already
+built and stripped (``scripts/release.sh`` cross-builds it for glibc 2.17 with
+cargo-zigbuild), is put in the wheel as ``libwool/_libwool.abi3.so``; ``LIBWOOL_PLAT_NAME``
+then gives the wheel's platform tag (e.g. ``manylinux2014_aarch64``). This is how the
+released wheels are made, so the library in them is the same file as in the C archives.
 """
 
 from __future__ import annotations
@@ -47,20 +59,29 @@ import subprocess
 import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Distribution, setup
+from setuptools.command.build_py import build_py as _build_py
 from setuptools_rust import Binding, RustExtension, Strip
 from setuptools_rust import build_rust as _build_rust
 
 HERE = Path(__file__).resolve().parent
-CARGO_TOML = HERE.parents[1] / "capi" / "Cargo.toml"  # bindings/python -> the C ABI package
+CHECKOUT_CARGO_TOML = HERE.parents[1] / "capi" / "Cargo.toml"  # bindings/python -> capi/
+SDIST_CARGO_TOML = HERE / "rust" / "capi" / "Cargo.toml"  # the sdist's copy (release.sh)
+IN_SDIST = not CHECKOUT_CARGO_TOML.is_file() and SDIST_CARGO_TOML.is_file()
+CARGO_TOML = SDIST_CARGO_TOML if IN_SDIST else CHECKOUT_CARGO_TOML
+PREBUILT = os.environ.get("LIBWOOL_PREBUILT_LIBRARY")
+BUNDLED_NAME = "_libwool.abi3.so"  # what libwool._ffi.bundled_candidates() finds
 
 if not CARGO_TOML.is_file():
     sys.exit(
-        f"libwool: {CARGO_TOML} not found. This package bundles libwool's C library, built "
-        "from the repository's Rust crate: install it from a checkout of the repository "
-        "(`pip install bindings/python` at its root; needs Rust: cargo at least at the "
-        "rust-version of Cargo.toml)."
+        f"libwool: neither {CHECKOUT_CARGO_TOML} (a checkout) nor {SDIST_CARGO_TOML} (the "
+        "sdist) found. This package bundles libwool's C library, built from the Rust crates: "
+        "install the released wheel, the sdist (`pip install libwool-<version>.tar.gz`, needs "
+        "cargo) or from a checkout (`pip install bindings/python` at its root; needs cargo at "
+        "least at the rust-version of Cargo.toml)."
     )
+if PREBUILT and not Path(PREBUILT).is_file():
+    sys.exit(f"libwool: LIBWOOL_PREBUILT_LIBRARY={PREBUILT!r}: no such file")
 
 
 def crate_version() -> str:
@@ -108,17 +129,57 @@ class build_rust(_build_rust):
                          + " (set STRIP to a strip for the library's target)")
 
 
+class build_py_prebuilt(_build_py):
+    """build_py, then $LIBWOOL_PREBUILT_LIBRARY copied in as ``libwool/_libwool.abi3.so``
+    (mode 0755), as built: release.sh has stripped it already."""
+
+    def run(self) -> None:
+        super().run()
+        target = Path(self.build_lib) / "libwool" / BUNDLED_NAME
+        shutil.copyfile(PREBUILT, target)
+        target.chmod(0o755)
+
+    def get_outputs(self, include_bytecode=True):
+        return super().get_outputs(include_bytecode) + [
+            str(Path(self.build_lib) / "libwool" / BUNDLED_NAME)
+        ]
+
+
+class BinaryDistribution(Distribution):
+    """A platform wheel (``cp39-abi3-<platform>``) though setuptools builds no extension:
+    the bundled library is native code."""
+
+    def has_ext_modules(self) -> bool:
+        return True
+
+
+if PREBUILT:
+    build = {
+        "cmdclass": {"build_py": build_py_prebuilt},
+        "distclass": BinaryDistribution,
+    }
+    wheel_options = {"py_limited_api": "cp39"}
+    if os.environ.get("LIBWOOL_PLAT_NAME"):
+        wheel_options["plat_name"] = os.environ["LIBWOOL_PLAT_NAME"]
+else:
+    build = {
+        "cmdclass": {"build_rust": build_rust},
+        "rust_extensions": [
+            RustExtension(
+                "libwool._libwool",
+                path=str(CARGO_TOML),
+                binding=Binding.NoBinding,
+                strip=Strip.All,
+                # The sdist's Cargo.lock is the one its crates were released with.
+                cargo_manifest_args=["--locked"] if IN_SDIST else [],
+            )
+        ],
+    }
+    wheel_options = {"py_limited_api": "cp39"}
+
 setup(
     version=crate_version(),
-    cmdclass={"build_rust": build_rust},
-    rust_extensions=[
-        RustExtension(
-            "libwool._libwool",
-            path=str(CARGO_TOML),
-            binding=Binding.NoBinding,
-            strip=Strip.All,
-        )
-    ],
-    options={"bdist_wheel": {"py_limited_api": "cp39"}},
+    options={"bdist_wheel": wheel_options},
     zip_safe=False,  # a shared library must be a real file to be loaded
+    **build,
 )

@@ -1,8 +1,8 @@
 // A module outside the binding, as a stranger writes one: it imports the binding by its module
-// path and links the libwool that pkg-config finds. scripts/go-test.sh copies this file into a
-// temporary directory next to a go.mod that requires github.com/libwool/libwool/bindings/go
-// (replaced by the repository's copy) and runs it against an installed libwool, with and
-// without the woolstatic build tag.
+// path and links the libwool that pkg-config finds (build tag woolpkgconfig). scripts/go-test.sh
+// copies this file into a temporary directory next to a go.mod that requires
+// github.com/libwool/libwool/bindings/go (replaced by the repository's copy) and runs it against
+// an installed libwool, dynamically (-tags woolpkgconfig) and statically (-tags woolstatic).
 //
 // WOOL_WORKER names the reference worker (target/debug/wool-worker) the test starts and polls.
 package consumer_test
