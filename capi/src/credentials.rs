@@ -70,13 +70,13 @@ fn mutual_without_client(
     [_, key, cert]: [&str; 3],
 ) -> libwool::connection::Error {
     let missing = match (no_key, no_cert) {
-        (true, true) => format!("{key} and {cert} are NULL (not given)"),
-        (true, false) => format!("{key} is NULL (not given)"),
-        _ => format!("{cert} is NULL (not given)"),
+        (true, true) => format!("neither {key} nor {cert} was given"),
+        (true, false) => format!("{key} was not given"),
+        _ => format!("{cert} was not given"),
     };
     libwool::connection::Error::invalid_argument(format!(
         "mutual TLS needs the client's key and certificate besides the CA, and {missing}: give \
-         {key} and {cert}, or make one-way TLS credentials (mutual false), which need the CA only"
+         {key} and {cert}, or make one-way TLS credentials (mutual off), which need the CA only"
     ))
 }
 

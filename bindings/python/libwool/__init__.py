@@ -62,6 +62,16 @@ from collections.abc import Iterator, Mapping
 from . import _ffi
 from ._ffi import Library, LibraryNotFound, load
 
+if os.environ.get(_ffi.ENV_VAR) and not os.path.exists(os.environ[_ffi.ENV_VAR]):
+    # An explicit choice that names nothing fails the import, naming the path: the library
+    # itself loads on first use, and a later LibraryNotFound would point away from the cause.
+    raise ImportError(
+        f"libwool: ${_ffi.ENV_VAR}={os.environ[_ffi.ENV_VAR]!r}: no such file (it names the "
+        f"libwool.so to load; unset it to use the library bundled in the package)",
+        name="libwool",
+        path=os.environ[_ffi.ENV_VAR],
+    )
+
 __all__ = [
     "Cancelled",
     "DiscoveredWorker",

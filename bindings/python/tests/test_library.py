@@ -37,6 +37,21 @@ def test_load_follows_the_environment_variable_and_names_it(tmp_path, monkeypatc
     assert str(missing) in str(caught.value)
 
 
+def test_importing_with_the_environment_variable_naming_no_file_is_an_import_error(tmp_path):
+    # Given LIBWOOL_PATH naming a file that does not exist, When a fresh process imports
+    # libwool, Then the import fails with ImportError naming the path (not later, on first use).
+    missing = tmp_path / "no-such-dir" / "libwool.so"
+    package_root = Path(libwool.__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", "import libwool"],
+        env={**os.environ, "LIBWOOL_PATH": str(missing), "PYTHONPATH": str(package_root)},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 1, done
+    assert "ImportError" in done.stderr, done.stderr
+    assert f"LIBWOOL_PATH={str(missing)!r}: no such file" in done.stderr, done.stderr
+
+
 def test_load_searches_bundled_then_release_then_debug_and_lists_them(tmp_path, monkeypatch):
     # Given no argument, no LIBWOOL_PATH, no bundled library and no repository build,
     # Then the error lists the bundled place, then target/release before target/debug, and
