@@ -36,22 +36,11 @@ grep -q "\"koffi\": \"[0-9]" "$ROOT/examples/node/package.json" || fail "koffi i
 grep -q "<version>$JNA_VERSION</version>" "$ROOT/examples/java/pom.xml" || fail "pom.xml does not pin JNA $JNA_VERSION"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/wool-release-dlopen.XXXXXX")"
-worker_pid=""
-cleanup() { [[ -n "$worker_pid" ]] && kill "$worker_pid" 2>/dev/null; rm -rf "$work"; }
+cleanup() { [[ -n "${worker_pid:-}" ]] && kill "$worker_pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 
-# No Rust: every PATH entry holding cargo or rustc goes, ~/.cargo/bin first of all.
-clean_path=()
-IFS=: read -r -a entries <<<"$PATH"
-for d in "${entries[@]}"; do
-    [[ -z "$d" || "$d" == "$HOME/.cargo/bin" || -e "$d/cargo" || -e "$d/rustc" ]] && continue
-    clean_path+=("$d")
-done
-PATH="$(IFS=:; echo "${clean_path[*]}")"
-export PATH
-for tool in cargo rustc; do
-    if command -v "$tool" >/dev/null; then fail "$tool is still on PATH ($(command -v "$tool"))"; fi
-done
+. "$ROOT/scripts/release-lib.sh"
+path_without_rust
 unset LD_LIBRARY_PATH LD_PRELOAD
 
 mkdir -p "$work/prefix"
@@ -62,37 +51,6 @@ LIB="$(find "$work/prefix" -maxdepth 3 -path '*/lib/libwool.so' | head -1)"
 log "loading $(readlink -f "$LIB" | sed "s|$work/prefix/||") out of $(basename "$ARCHIVE")"
 export LIBWOOL_PATH="$LIB"
 
-# Starts the worker (its log in $work/worker.log); sets worker_pid and address, the first line
-# it prints.
-start_worker() {
-    local i
-    : >"$work/worker.out"
-    "$WORKER" >"$work/worker.out" 2>"$work/worker.log" &
-    worker_pid=$!
-    address=""
-    for ((i = 0; i < 200; i++)); do
-        address="$(head -n1 "$work/worker.out")"
-        [[ -n "$address" && "$(wc -l <"$work/worker.out")" -ge 1 ]] && return 0
-        kill -0 "$worker_pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    cat "$work/worker.log" >&2
-    fail "the worker printed no address"
-}
-# Waits for the worker to exit by itself after a stop (up to 20 s) and checks its status.
-wait_worker() {
-    local i
-    for ((i = 0; i < 200; i++)); do
-        kill -0 "$worker_pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -0 "$worker_pid" 2>/dev/null && { cat "$work/worker.log" >&2; fail "the worker did not exit after the stop"; }
-    local rc=0
-    wait "$worker_pid" || rc=$?
-    worker_pid=""
-    ((rc == 0)) || { cat "$work/worker.log" >&2; fail "the worker exited with $rc after the stop"; }
-}
-
 log "1. Node.js $(node --version) with koffi (npm ci)"
 mkdir -p "$work/node"
 cp "$ROOT"/examples/node/{package.json,package-lock.json,poll_then_retire.js} "$work/node/"
@@ -101,7 +59,7 @@ cp "$ROOT"/examples/node/{package.json,package-lock.json,poll_then_retire.js} "$
 (cd "$work/node" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >&2)
 start_worker
 (cd "$work/node" && node poll_then_retire.js "$address")
-wait_worker
+expect_stopped "Node.js (koffi)"
 
 log "2. Java $(java -version 2>&1 | sed -n '1s/.*"\(.*\)".*/\1/p') with JNA $JNA_VERSION (Maven Central)"
 mkdir -p "$work/java"
@@ -115,5 +73,5 @@ javac -d "$work/java/classes" -cp "$jar" \
     "$work/java/src/main/java/io/libwool/example/PollThenRetire.java"
 start_worker
 java -cp "$work/java/classes:$jar" io.libwool.example.PollThenRetire "$address"
-wait_worker
+expect_stopped "Java (JNA)"
 log "Node.js (koffi) and Java (JNA) loaded $(basename "$ARCHIVE")'s libwool.so, polled and stopped a worker"

@@ -58,31 +58,21 @@ fi
 log "zig $("$ZIG" version) ($ZIG)"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/wool-release-go.XXXXXX")"
-worker_pid=""
 cleanup() {
-    [[ -n "$worker_pid" ]] && kill "$worker_pid" 2>/dev/null
+    [[ -n "${worker_pid:-}" ]] && kill "$worker_pid" 2>/dev/null
     chmod -R u+w "$work" 2>/dev/null # the module cache is read-only
     rm -rf "$work"
 }
 trap cleanup EXIT
 
-# No Rust: every PATH entry holding cargo or rustc goes, ~/.cargo/bin first of all.
-clean_path=()
-IFS=: read -r -a entries <<<"$PATH"
-for d in "${entries[@]}"; do
-    [[ -z "$d" || "$d" == "$HOME/.cargo/bin" || -e "$d/cargo" || -e "$d/rustc" ]] && continue
-    clean_path+=("$d")
-done
+. "$ROOT/scripts/release-lib.sh"
+path_without_rust
 # A pkg-config that refuses: the default build must not ask it anything.
 mkdir -p "$work/bin"
 printf '#!/bin/sh\necho "pkg-config was called ($*): the prebuilt build must not need it" >&2\nexit 1\n' \
     >"$work/bin/pkg-config"
 chmod +x "$work/bin/pkg-config"
-PATH="$work/bin:$(IFS=:; echo "${clean_path[*]}")"
-export PATH
-for tool in cargo rustc; do
-    if command -v "$tool" >/dev/null; then fail "$tool is still on PATH ($(command -v "$tool"))"; fi
-done
+PATH="$work/bin:$PATH"
 command -v go >/dev/null || fail "go is not on PATH"
 unset PKG_CONFIG_PATH PKG_CONFIG_LIBDIR CGO_CFLAGS CGO_LDFLAGS LD_LIBRARY_PATH GOFLAGS
 loader_libs="$(ldconfig -p)"
@@ -90,37 +80,6 @@ if grep -q libwool <<<"$loader_libs"; then fail "libwool is installed on this sy
 
 export GOPROXY="file://$DIST/goproxy" GONOSUMDB="$MODULE" GOFLAGS=-mod=mod GOTOOLCHAIN=local
 export GOMODCACHE="$work/gomodcache" GOPATH="$work/gopath"
-
-# Starts the worker (its log in $work/worker.log); sets worker_pid and address, the first line
-# it prints.
-start_worker() {
-    local i
-    : >"$work/worker.out"
-    "$WORKER" >"$work/worker.out" 2>"$work/worker.log" &
-    worker_pid=$!
-    address=""
-    for ((i = 0; i < 200; i++)); do
-        address="$(head -n1 "$work/worker.out")"
-        [[ -n "$address" && "$(wc -l <"$work/worker.out")" -ge 1 ]] && return 0
-        kill -0 "$worker_pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    cat "$work/worker.log" >&2
-    fail "the worker printed no address"
-}
-# Waits for the worker to exit by itself after a stop (up to 20 s) and checks its status.
-wait_worker() {
-    local i
-    for ((i = 0; i < 200; i++)); do
-        kill -0 "$worker_pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -0 "$worker_pid" 2>/dev/null && { cat "$work/worker.log" >&2; fail "the worker did not exit after the stop"; }
-    local rc=0
-    wait "$worker_pid" || rc=$?
-    worker_pid=""
-    ((rc == 0)) || { cat "$work/worker.log" >&2; fail "the worker exited with $rc after the stop"; }
-}
 
 consumer="$work/consumer"
 mkdir -p "$consumer"
@@ -140,7 +99,7 @@ log "woolconsumer ($(stat -c %s woolconsumer) bytes) contains libwool and needs 
     $(readelf -d woolconsumer | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 start_worker
 ./woolconsumer "$address" 0s
-wait_worker
+expect_stopped "Go linux/amd64 from the file proxy"
 
 log "1b. go mod vendor; go build -mod=vendor"
 go mod vendor
@@ -149,7 +108,7 @@ go mod vendor
 GOFLAGS=-mod=vendor go build -o woolconsumer-vendored .
 start_worker
 ./woolconsumer-vendored "$address" 0s
-wait_worker
+expect_stopped "Go linux/amd64, vendored"
 rm -rf vendor
 
 log "2. cross-built for linux/arm64 with zig cc, run under qemu-aarch64-static"
@@ -160,7 +119,7 @@ grep -q 'Machine: *AArch64' <<<"$elf" || fail "woolconsumer-arm64 is not an AArc
 if grep -q 'NEEDED.*libwool' <<<"$elf"; then fail "woolconsumer-arm64 needs libwool.so"; fi
 start_worker
 qemu-aarch64-static -L /usr/aarch64-linux-gnu ./woolconsumer-arm64 "$address" 0s
-wait_worker
+expect_stopped "Go linux/arm64 under qemu"
 
 log "3. unsupported platforms fail at compile time, naming the supported ones"
 # Without cgo (the go command's default when cross-compiling) and with cgo and a working C

@@ -66,58 +66,17 @@ HOST_PY="$(command -v python3)"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/wool-release-test.XXXXXX")"
 [[ "$work" != "$ROOT"* ]] || fail "the temporary directory $work is inside the repository"
-worker_pid=""
-cleanup() { [[ -n "$worker_pid" ]] && kill "$worker_pid" 2>/dev/null; rm -rf "$work"; }
+cleanup() { [[ -n "${worker_pid:-}" ]] && kill "$worker_pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 
-# No Rust: every PATH entry holding cargo or rustc goes, ~/.cargo/bin first of all. The zig
-# directory stays (zig, llvm-objdump: a C compiler and an ELF reader, no Rust).
+# No Rust: every PATH entry holding cargo or rustc goes. The zig directory stays (zig,
+# llvm-objdump: a C compiler and an ELF reader, no Rust).
 FULL_PATH="$PATH"
-clean_path=("$ZIGBIN")
-IFS=: read -r -a entries <<<"$PATH"
-for d in "${entries[@]}"; do
-    [[ -z "$d" || "$d" == "$HOME/.cargo/bin" || -e "$d/cargo" || -e "$d/rustc" ]] && continue
-    clean_path+=("$d")
-done
-PATH="$(IFS=:; echo "${clean_path[*]}")"
-export PATH
-for tool in cargo rustc; do
-    if command -v "$tool" >/dev/null; then fail "$tool is still on PATH ($(command -v "$tool"))"; fi
-done
+. "$ROOT/scripts/release-lib.sh"
+path_without_rust "$ZIGBIN"
+NO_RUST_PATH="$PATH"
 unset LD_LIBRARY_PATH LD_PRELOAD PKG_CONFIG_PATH CMAKE_PREFIX_PATH LIBRARY_PATH CPATH C_INCLUDE_PATH \
     LIBWOOL_PATH PYTHONPATH PYTHONHOME VIRTUAL_ENV
-
-# A worker on loopback: its address (its first line on stdout) in $address.
-workers=0
-start_worker() {
-    workers=$((workers + 1))
-    local out="$work/worker-$workers.out" err="$work/worker-$workers.err"
-    "$WORKER" >"$out" 2>"$err" &
-    worker_pid=$!
-    address=""
-    for _ in $(seq 300); do
-        address="$(head -1 "$out" 2>/dev/null || true)"
-        [[ -n "$address" ]] && return 0
-        kill -0 "$worker_pid" 2>/dev/null || fail "wool-worker exited: $(cat "$err")"
-        sleep 0.1
-    done
-    fail "wool-worker printed no address"
-}
-# The worker must have been stopped over the wire (exit 0), within 60 s.
-expect_stopped() { # what
-    for _ in $(seq 600); do
-        if ! kill -0 "$worker_pid" 2>/dev/null; then
-            local rc=0
-            wait "$worker_pid" || rc=$?
-            worker_pid=""
-            ((rc == 0)) || fail "$1: wool-worker exited $rc"
-            log "ok: $1 (the worker was stopped)"
-            return 0
-        fi
-        sleep 0.1
-    done
-    fail "$1: the worker was not stopped"
-}
 
 # The README's snippets, made into programs: the address from argv, and "idle over 300 s"
 # turned into "any idle time", so that the snippet stops the worker it has just polled.
@@ -361,7 +320,7 @@ CARGO_TARGET_DIR="$ROOT/target/sdist-check" SETUPTOOLS_RUST_CARGO_PROFILE=dev \
     "$work/venv-sdist/bin/pip" install -q --disable-pip-version-check "$DIST/libwool-$VERSION.tar.gz" \
     >"$work/sdist.log" 2>&1 || { cat "$work/sdist.log" >&2; fail "pip install the sdist"; }
 log "sdist built and installed in $((SECONDS - start)) s"
-PATH="$(IFS=:; echo "${clean_path[*]}")"
+PATH="$NO_RUST_PATH"
 start_worker
 "$work/venv-sdist/bin/python" "$work/readme.py" "$address"
 expect_stopped "Python sdist (built with cargo), README snippet"

@@ -91,6 +91,25 @@ fn a_negative_duration_is_refused_by_name() {
     }
 }
 
+/// When a timeout flag is given zero, then it is refused by name, as a usage error (exit 2),
+/// in the words the duration parser uses for its other refusals.
+#[test]
+fn a_zero_timeout_is_refused_by_name() {
+    for flag in ["--connect-timeout", "--rpc-timeout"] {
+        let output = woolctl(&["idle", flag, "0", "127.0.0.1:1"]);
+        let text = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{flag}: {text}");
+        assert!(
+            text.contains(&format!("invalid value '0' for '{flag}")),
+            "names {flag}: {text}"
+        );
+        assert!(
+            text.contains("is zero: a timeout is more than 0"),
+            "{flag}: {text}"
+        );
+    }
+}
+
 /// Given live workers, when woolctl prints idle seconds as JSON (`idle`, `sweep`, `reap`), then
 /// each number has at most six decimals (microseconds), as the table rounds to three.
 #[test]

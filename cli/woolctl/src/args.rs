@@ -97,11 +97,11 @@ pub struct Global {
     #[arg(long, global = true)]
     pub lan_allow_local: bool,
     /// Limit on establishing each connection (e.g. 5s, 500ms, 2).
-    #[arg(long, global = true, value_parser = parse_duration, default_value = "5s", allow_hyphen_values = true)]
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_timeout, default_value = "5s", allow_hyphen_values = true)]
     pub connect_timeout: Duration,
     /// Deadline of each poll, and of a whole sweep (e.g. 5s); a stop's deadline is its grace
     /// plus this.
-    #[arg(long, global = true, value_parser = parse_duration, default_value = "5s", allow_hyphen_values = true)]
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_timeout, default_value = "5s", allow_hyphen_values = true)]
     pub rpc_timeout: Duration,
     /// Most calls in flight at once (polls of a sweep, stops).
     #[arg(long, global = true, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
@@ -228,6 +228,16 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
         return Err(format!("the interval must be at least 100ms, got {text:?}"));
     }
     Ok(interval)
+}
+
+/// `--connect-timeout`, `--rpc-timeout`: a duration above zero (a zero timeout would fail
+/// every call before it is sent).
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = parse_duration(text)?;
+    if timeout.is_zero() {
+        return Err(format!("{text:?} is zero: a timeout is more than 0"));
+    }
+    Ok(timeout)
 }
 
 /// `--grace`: seconds (0 cancels in-flight work at once, negative or `inf` waits however

@@ -98,11 +98,6 @@ impl Context {
             credentials => credentials,
         };
         let mut options = ChannelOptions::default();
-        if global.connect_timeout.is_zero() || global.rpc_timeout.is_zero() {
-            return Err(Failure::Usage(
-                "--connect-timeout and --rpc-timeout must be positive".into(),
-            ));
-        }
         options.connect_timeout = Some(global.connect_timeout);
         Ok(Self {
             output: global.output,
