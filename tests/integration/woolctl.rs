@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::{unique_namespace, Pki, WoolPool, WorkerProcess};
 
-fn woolctl(args: &[&str]) -> Output {
+/// Runs woolctl with `args`, stdin closed; its whole output.
+pub(crate) fn woolctl(args: &[&str]) -> Output {
     Command::new(common::program("woolctl"))
         .args(args)
         .stdin(Stdio::null())
@@ -16,11 +17,11 @@ fn woolctl(args: &[&str]) -> Output {
         .expect("woolctl runs")
 }
 
-fn stdout(output: &Output) -> String {
+pub(crate) fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn stderr(output: &Output) -> String {
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 

@@ -3,25 +3,9 @@
 
 use crate::common;
 
-use std::process::{Command, Output, Stdio};
-
 use common::WorkerProcess;
 
-fn woolctl(args: &[&str]) -> Output {
-    Command::new(common::program("woolctl"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("woolctl runs")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
+use crate::woolctl::{stderr, stdout, woolctl};
 
 /// The three ways to name the workers, as the usage line of `sweep` and `reap` gives them.
 const TARGETS_USAGE: &str = "<ADDRESSES>... | --namespace <NAMESPACE> | --dns-name <NAME>";
