@@ -488,7 +488,7 @@ mod tests {
                     std::thread::spawn(move || {
                         block_on_call(async move {
                             tokio::time::sleep(Duration::from_millis(5)).await;
-                            (caller, std::thread::current().id())
+                            caller
                         })
                         .unwrap()
                     })
@@ -496,14 +496,13 @@ mod tests {
                 .collect();
             callers
                 .into_iter()
-                .map(|caller| (caller.thread().id(), caller.join().unwrap()))
+                .map(|caller| caller.join().unwrap())
                 .collect::<Vec<_>>()
         });
-        for (index, (thread, (caller, polled_on))) in answers.into_iter().enumerate() {
-            assert_eq!(caller, index);
-            // Spawned, not polled on the caller's thread: the driving thread ran it.
-            assert_ne!(polled_on, thread);
-        }
+        // Which thread polls a call is not fixed: when one caller's wait ends it hands the
+        // runtime's core to another waiting caller, which then runs every ready task (its own
+        // too). What is fixed is that each caller gets its own answer back.
+        assert_eq!(answers, (0..64).collect::<Vec<_>>());
     }
 
     #[test]
