@@ -52,3 +52,20 @@ expect_stopped() { # what
     done
     fail "$1: the worker was not stopped ($(tail -3 "$work/worker-$workers.err"))"
 }
+
+# The README's example for a language (c | go | python): the fenced block after the line that
+# introduces it. The caller sets ROOT (the checkout) and checks what it expects of the block.
+snippet() { # language
+    local intro
+    case "$1" in
+        c) intro='C (`include/wool.h`), a whole program' ;;
+        go) intro='Go (`bindings/go`, package `wool`), a whole program' ;;
+        python) intro='Python (`bindings/python`' ;;
+        *) fail "snippet: no README example for $1" ;;
+    esac
+    awk -v intro="$intro" -v lang="$1" '
+        index($0, intro) == 1 { found = 1; next }
+        found && !inblock && $0 == "```" lang { inblock = 1; next }
+        inblock && $0 == "```" { exit }
+        inblock { print }' "$ROOT/README.md"
+}

@@ -8,7 +8,7 @@
 # directory outside the repository, with a module cache of its own, cargo, rustc and
 # ~/.cargo/bin taken off PATH, no PKG_CONFIG_PATH (and a pkg-config that fails if anything
 # calls it), and no libwool known to the dynamic loader:
-#   1. a consumer module (tests/consumers/go/main.go, the README's Go snippet) with
+#   1. a consumer module (the README's Go program, stopping at any idle time) with
 #      GOPROXY=file://<dist>/goproxy, GOFLAGS=-mod=mod, GONOSUMDB naming the module:
 #      go get, go build; ldd shows no libwool; run: it polls a worker and stops it, and the
 #      worker exits 0. Then `go mod vendor` and a -mod=vendor build (the prebuilt archive is
@@ -83,7 +83,12 @@ export GOMODCACHE="$work/gomodcache" GOPATH="$work/gopath"
 
 consumer="$work/consumer"
 mkdir -p "$consumer"
-cp "$ROOT/tests/consumers/go/main.go" "$consumer/"
+# The README's Go program, its "idle at least 5 minutes" turned into "any idle time", so that
+# it stops the worker it has just polled.
+go_snippet="$(snippet go)"
+[[ "$go_snippet" == *'os.Args[1]'* && "$go_snippet" == *'idle >= 5*time.Minute:'* && "$go_snippet" == *'func main()'* ]] ||
+    fail "README's Go program changed: $go_snippet"
+sed -e 's/idle >= 5\*time.Minute:/idle >= 0:/' <<<"$go_snippet" >"$consumer/main.go"
 cd "$consumer"
 printf 'module example.com/woolconsumer\n\ngo 1.24\n' >go.mod
 
@@ -98,7 +103,7 @@ grep -q ' T wool_version$' <<<"$symbols" || fail "woolconsumer does not contain 
 log "woolconsumer ($(stat -c %s woolconsumer) bytes) contains libwool and needs only:" \
     $(readelf -d woolconsumer | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 start_worker
-./woolconsumer "$address" 0s
+./woolconsumer "$address"
 expect_stopped "Go linux/amd64 from the file proxy"
 
 log "1b. go mod vendor; go build -mod=vendor"
@@ -107,7 +112,7 @@ go mod vendor
     fail "go mod vendor left out the prebuilt libwool.a or wool.h"
 GOFLAGS=-mod=vendor go build -o woolconsumer-vendored .
 start_worker
-./woolconsumer-vendored "$address" 0s
+./woolconsumer-vendored "$address"
 expect_stopped "Go linux/amd64, vendored"
 rm -rf vendor
 
@@ -118,7 +123,7 @@ elf="$(readelf -h -d woolconsumer-arm64)"
 grep -q 'Machine: *AArch64' <<<"$elf" || fail "woolconsumer-arm64 is not an AArch64 ELF file"
 if grep -q 'NEEDED.*libwool' <<<"$elf"; then fail "woolconsumer-arm64 needs libwool.so"; fi
 start_worker
-qemu-aarch64-static -L /usr/aarch64-linux-gnu ./woolconsumer-arm64 "$address" 0s
+qemu-aarch64-static -L /usr/aarch64-linux-gnu ./woolconsumer-arm64 "$address"
 expect_stopped "Go linux/arm64 under qemu"
 
 log "3. unsupported platforms fail at compile time, naming the supported ones"

@@ -80,18 +80,6 @@ unset LD_LIBRARY_PATH LD_PRELOAD PKG_CONFIG_PATH CMAKE_PREFIX_PATH LIBRARY_PATH 
 
 # The README's snippets, made into programs: the address from argv, and "idle over 300 s"
 # turned into "any idle time", so that the snippet stops the worker it has just polled.
-snippet() { # language (c | python): the README block after the line that introduces it
-    local intro
-    case "$1" in
-        c) intro='C (`include/wool.h`), a whole program' ;;
-        python) intro='Python (`bindings/python`' ;;
-    esac
-    awk -v intro="$intro" -v lang="$1" '
-        index($0, intro) == 1 { found = 1; next }
-        found && !inblock && $0 == "```" lang { inblock = 1; next }
-        inblock && $0 == "```" { exit }
-        inblock { print }' README.md
-}
 c_snippet="$(snippet c)"
 py_snippet="$(snippet python)"
 [[ "$c_snippet" == *'argv[1]'* && "$c_snippet" == *'idle > 300.0'* && "$c_snippet" == *'int main('* ]] ||
