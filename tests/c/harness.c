@@ -693,6 +693,8 @@ static int case_fork(int argc, char **argv) {
     }
     int child_status = 0;
     CHECK(waitpid(child, &child_status, 0) == child);
+    if (WIFSIGNALED(child_status)) /* SIGALRM (14): the child hung for 30 s */
+        fprintf(stderr, "fork: the child was killed by signal %d\n", WTERMSIG(child_status));
     CHECK(WIFEXITED(child_status) && WEXITSTATUS(child_status) == 0);
     poller.running = 0;
     CHECK(pthread_join(thread, NULL) == 0);
