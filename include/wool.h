@@ -27,6 +27,12 @@
 #define WOOL_VERSION_NUMBER (0 * 1000000 + 5 * 1000 + 0)
 
 /**
+ * Most entries one wool_idle_start_batch takes; a larger batch is refused whole (start it in
+ * pieces of at most this many).
+ */
+#define WOOL_IDLE_START_BATCH_MAX 4096
+
+/**
  * wool_discover / wool_watch_new backend: the shared-memory registry on this host (Wool's
  * LocalDiscovery).
  */
@@ -88,6 +94,27 @@
 #define WOOL_DISCOVERY_EVENT_DROPPED 3
 
 /**
+ * Bytes of a completion's message, the terminating NUL included (longer ones are truncated on
+ * a UTF-8 character boundary).
+ */
+#define WOOL_COMPLETION_MESSAGE_BYTES 256
+
+/**
+ * `wool_completion_ex.kind` of an idle poll (wool_idle_start).
+ */
+#define WOOL_COMPLETION_KIND_IDLE 1
+
+/**
+ * `wool_completion_ex.kind` of a stop (wool_stop_start).
+ */
+#define WOOL_COMPLETION_KIND_STOP 2
+
+/**
+ * `wool_completion_ex.kind` of a sweep (wool_idle_many_start).
+ */
+#define WOOL_COMPLETION_KIND_SWEEP 3
+
+/**
  * wool_retire_decision.reason: retired, idle at least the threshold.
  */
 #define WOOL_RETIRE_REASON_IDLE 0
@@ -126,27 +153,6 @@
  * Kept: the poll failed otherwise.
  */
 #define WOOL_RETIRE_REASON_POLL_FAILED 7
-
-/**
- * Bytes of a completion's message, the terminating NUL included (longer ones are truncated on
- * a UTF-8 character boundary).
- */
-#define WOOL_COMPLETION_MESSAGE_BYTES 256
-
-/**
- * `wool_completion_ex.kind` of an idle poll (wool_idle_start).
- */
-#define WOOL_COMPLETION_KIND_IDLE 1
-
-/**
- * `wool_completion_ex.kind` of a stop (wool_stop_start).
- */
-#define WOOL_COMPLETION_KIND_STOP 2
-
-/**
- * `wool_completion_ex.kind` of a sweep (wool_idle_many_start).
- */
-#define WOOL_COMPLETION_KIND_SWEEP 3
 
 /**
  * The outcome of a call. Values are stable: C programs and other bindings compare against them.
@@ -196,14 +202,15 @@ typedef enum wool_status {
  * Channel settings for wool_connect_with_options, as Wool's ChannelOptions. Opaque; made by
  * wool_channel_options_new with Wool's defaults, released by wool_channel_options_free. A
  * connection copies them, so they may be freed or changed right after. Connections share a
- * pooled channel only when their options are equal. Not for use by several threads at once
- * while being changed.
+ * pooled channel only when their options are equal. Threads may change and read one at once:
+ * each change is whole (a lock inside), and a connection copies the options as they are.
  */
 typedef struct wool_channel_options wool_channel_options;
 
 /**
  * A lazy handle to one worker, like Wool's WorkerConnection. Opaque; made by wool_connect,
- * released by wool_free. One handle may be used by many threads at once.
+ * released by wool_free. One handle may be used by many threads at once, and freed while they
+ * are in calls on it (see docs/C-API.md, "Handles").
  */
 typedef struct wool_connection wool_connection;
 
@@ -217,7 +224,7 @@ typedef struct wool_credentials wool_credentials;
 
 /**
  * A completion queue. Opaque; made by wool_queue_new, released by wool_queue_free. Any thread
- * may start calls on it and collect from it.
+ * may start calls on it and collect from it, and free it while others wait on it.
  */
 typedef struct wool_queue wool_queue;
 
@@ -231,6 +238,24 @@ typedef struct wool_watch wool_watch;
  * wool_worker_list_get, release with wool_worker_list_free.
  */
 typedef struct wool_worker_list wool_worker_list;
+
+/**
+ * One idle poll for wool_idle_start_batch: what wool_idle_start takes, but the queue.
+ */
+typedef struct {
+  /**
+   * The worker's connection handle.
+   */
+  const wool_connection *conn;
+  /**
+   * The call's deadline in seconds, as wool_idle's: positive finite, or INFINITY for none.
+   */
+  double timeout_seconds;
+  /**
+   * The value the call's completion carries.
+   */
+  uint64_t tag;
+} wool_idle_start_entry;
 
 /**
  * One discovered worker (Wool's WorkerMetadata). Every string is NUL-terminated UTF-8, never
@@ -285,11 +310,21 @@ typedef struct {
 } wool_worker_info;
 
 /**
- * One worker's outcome in a sweep started with wool_idle_many_start.
+ * One finished call, as wool_queue_next hands it out.
  */
 typedef struct {
   /**
-   * The status wool_idle would have given (a NULL handle: WOOL_STATUS_INVALID_ARGUMENT).
+   * The value the caller gave when starting the call.
+   */
+  uint64_t tag;
+  /**
+   * The call's id (as written by wool_idle_start / wool_stop_start).
+   */
+  uint64_t call;
+  /**
+   * The call's outcome: WOOL_STATUS_OK, WOOL_STATUS_CANCELLED (wool_cancel), a failure as
+   * the blocking call would have given, or WOOL_STATUS_PANIC when the call hit a bug in
+   * libwool (caught; the message says where): every started call completes.
    */
   wool_status status;
   /**
@@ -297,15 +332,14 @@ typedef struct {
    */
   int32_t rpc_code;
   /**
-   * The worker's idle seconds on WOOL_STATUS_OK; NAN otherwise.
+   * For an idle call that succeeded: the worker's idle seconds; otherwise 0.
    */
   double seconds;
   /**
-   * The failure's message as wool_last_error would give it after that wool_idle,
-   * NUL-terminated, truncated to fit; "" on success.
+   * The failure's message (as wool_last_error would give it), NUL-terminated; "" on success.
    */
   char message[WOOL_COMPLETION_MESSAGE_BYTES];
-} wool_poll_result;
+} wool_completion;
 
 /**
  * A retire policy for wool_retire_idle (as the Rust `RetirePolicy`). Fill every field.
@@ -384,21 +418,11 @@ typedef struct {
 } wool_retire_decision;
 
 /**
- * One finished call, as wool_queue_next hands it out.
+ * One worker's outcome in a sweep started with wool_idle_many_start.
  */
 typedef struct {
   /**
-   * The value the caller gave when starting the call.
-   */
-  uint64_t tag;
-  /**
-   * The call's id (as written by wool_idle_start / wool_stop_start).
-   */
-  uint64_t call;
-  /**
-   * The call's outcome: WOOL_STATUS_OK, WOOL_STATUS_CANCELLED (wool_cancel), a failure as
-   * the blocking call would have given, or WOOL_STATUS_PANIC when the call hit a bug in
-   * libwool (caught; the message says where): every started call completes.
+   * The status wool_idle would have given (a NULL handle: WOOL_STATUS_INVALID_ARGUMENT).
    */
   wool_status status;
   /**
@@ -406,14 +430,15 @@ typedef struct {
    */
   int32_t rpc_code;
   /**
-   * For an idle call that succeeded: the worker's idle seconds; otherwise 0.
+   * The worker's idle seconds on WOOL_STATUS_OK; NAN otherwise.
    */
   double seconds;
   /**
-   * The failure's message (as wool_last_error would give it), NUL-terminated; "" on success.
+   * The failure's message as wool_last_error would give it after that wool_idle,
+   * NUL-terminated, truncated to fit; "" on success.
    */
   char message[WOOL_COMPLETION_MESSAGE_BYTES];
-} wool_completion;
+} wool_poll_result;
 
 /**
  * One finished call as wool_queue_next_sized hands it out: the 0.4 `wool_completion` first
@@ -452,6 +477,33 @@ extern "C" {
 const char *wool_version(void);
 
 /**
+ * Starts an idle poll for each of the `count` entries of `entries` without blocking, as
+ * wool_idle_start would one by one into `queue`, in one call: the handle lookups, the queue's
+ * bookkeeping and the runtime's start are shared by the batch. Each entry is checked on its
+ * own (its handle, its timeout): `out_statuses[i]` is WOOL_STATUS_OK for an entry whose call
+ * started, or the status wool_idle_start would have returned for it (a freed handle or one of
+ * another type, a bad timeout: WOOL_STATUS_INVALID_ARGUMENT). `out_calls[i]` is entry i's call
+ * id either way, and every entry completes exactly once in `queue` under its tag and that id:
+ * a started one when its call ends (or is cancelled with wool_cancel), a refused one at once,
+ * its completion carrying the status and the message wool_idle_start would have given. So a
+ * host may collect without looking at `out_statuses`. The first refused entry's failure is
+ * also the thread's last error (named by its index, e.g. `entries[3].conn: connection handle
+ * already freed`), though the function returns WOOL_STATUS_OK.
+ *
+ * `count` 0 starts nothing (the arrays may then be NULL).
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT, with nothing started, nothing completed and nothing
+ * written, for a NULL `queue`, a freed queue or a handle of another type, a NULL `entries`,
+ * `out_calls` or `out_statuses` with a non-zero `count`, or a `count` above
+ * WOOL_IDLE_START_BATCH_MAX; WOOL_STATUS_TRANSIENT when the library's runtime cannot start.
+ *
+ * # Safety
+ * `entries` must be NULL or `count` readable entries; `out_calls` and `out_statuses` NULL or
+ * `count` writable elements each.
+ */
+wool_status wool_idle_start_batch(const wool_queue *queue, const wool_idle_start_entry *entries, size_t count, uint64_t *out_calls, wool_status *out_statuses);
+
+/**
  * Makes a handle to the worker at `target` and writes it to `*out`, with Wool's default
  * channel options (see wool_channel_options_new; wool_connect_with_options takes others). No
  * I/O happens here: a worker that cannot be reached shows up on the first wool_idle or
@@ -468,8 +520,8 @@ const char *wool_version(void);
  * UTF-8 or not a valid target (empty, no port, port out of range, unknown scheme).
  *
  * # Safety
- * `target` must be NULL or NUL-terminated; `credentials` NULL or a live wool_credentials;
- * `out` NULL or writable.
+ * `target` must be NULL or NUL-terminated; `out` NULL or writable. `credentials` is NULL or a
+ * wool_credentials handle (a freed one is refused).
  */
 wool_status wool_connect(const char *target, const wool_credentials *credentials, wool_connection **out);
 
@@ -485,8 +537,11 @@ wool_status wool_connect(const char *target, const wool_credentials *credentials
  * WOOL_STATUS_TRANSIENT (unreachable, shutting down, or the deadline passed),
  * WOOL_STATUS_HANDSHAKE (TLS failure) or WOOL_STATUS_RPC_ERROR (any other gRPC failure).
  *
+ * A freed `conn`, or a handle of another type, is refused (WOOL_STATUS_INVALID_ARGUMENT);
+ * freeing `conn` while this call runs lets it finish.
+ *
  * # Safety
- * `conn` must be NULL or a live handle from wool_connect; `out_seconds` NULL or writable.
+ * `out_seconds` must be NULL or writable.
  */
 wool_status wool_idle(const wool_connection *conn, double timeout_seconds, double *out_seconds);
 
@@ -501,16 +556,19 @@ wool_status wool_idle(const wool_connection *conn, double timeout_seconds, doubl
  * Returns as wool_idle, except that a worker without the stop RPC gives WOOL_STATUS_RPC_ERROR.
  *
  * # Safety
- * `conn` must be NULL or a live handle from wool_connect.
+ * None beyond the handle rules (docs/C-API.md, "Handles").
  */
 wool_status wool_stop(const wool_connection *conn, double grace_seconds, double timeout_seconds);
 
 /**
- * Releases the handle (its share of the pooled channel). NULL is a no-op. Call it once, after
- * every other call on the handle has returned.
+ * Releases the handle (its share of the pooled channel). NULL is a no-op. Any thread may free
+ * it at any time: calls running on it on other threads finish normally, and the connection
+ * goes away after the last of them. Afterwards the handle is refused by every call
+ * (WOOL_STATUS_INVALID_ARGUMENT, "connection handle already freed"); a second wool_free does
+ * nothing but set the thread's last error, as does a handle of another type.
  *
  * # Safety
- * `conn` must be NULL or a handle from wool_connect not yet freed; it is invalid afterwards.
+ * None beyond the handle rules (docs/C-API.md, "Handles"): `conn` is looked up, never read.
  */
 void wool_free(wool_connection *conn);
 
@@ -579,17 +637,17 @@ wool_status wool_credentials_from_files_reloadable(const char *ca_path, const ch
  * refused).
  *
  * # Safety
- * `credentials` must be NULL or live; `peers` NULL or an array of `count` pointers, each NULL
+ * `credentials` is a handle (a freed one is refused); `peers` NULL or an array of `count` pointers, each NULL
  * or NUL-terminated; `out` NULL or writable.
  */
 wool_status wool_credentials_with_peers(const wool_credentials *credentials, const char *const *peers, size_t count, wool_credentials **out);
 
 /**
- * Releases credentials. NULL is a no-op. Connections made with them keep their own copy.
+ * Releases credentials. NULL is a no-op; a second free (or a handle of another type) does
+ * nothing but set the thread's last error. Connections made with them keep their own copy.
  *
  * # Safety
- * `credentials` must be NULL or from wool_credentials_from_* and not yet freed; it is invalid
- * afterwards.
+ * None beyond the handle rules (docs/C-API.md, "Handles").
  */
 void wool_credentials_free(wool_credentials *credentials);
 
@@ -622,7 +680,7 @@ wool_status wool_discover(const char *namespace_, int backend, double listen_sec
  * Returns as wool_discover.
  *
  * # Safety
- * As wool_discover; `credentials` NULL or live.
+ * As wool_discover; `credentials` NULL or a handle.
  */
 wool_status wool_discover_admitted(const char *namespace_, int backend, double listen_seconds, const wool_credentials *credentials, wool_worker_list **out);
 
@@ -651,7 +709,7 @@ wool_status wool_discover_admitted(const char *namespace_, int backend, double l
  * out, too many addresses); `*out` is left untouched on failure.
  *
  * # Safety
- * `name` must be NULL or NUL-terminated; `credentials` NULL or live; `out` NULL or writable.
+ * `name` must be NULL or NUL-terminated; `credentials` NULL or a handle; `out` NULL or writable.
  */
 wool_status wool_discover_dns(const char *name, uint16_t port, double timeout_seconds, const wool_credentials *credentials, wool_worker_list **out);
 
@@ -666,34 +724,37 @@ wool_status wool_discover_dns(const char *name, uint16_t port, double timeout_se
  * or the admission gate refuses the worker for `credentials` (its refusal in the message).
  *
  * # Safety
- * `list` NULL or a live list; `credentials` and `options` NULL or live; `out` NULL or
- * writable.
+ * `list`, `credentials` and `options` NULL or handles; `out` NULL or writable.
  */
 wool_status wool_worker_list_connect(const wool_worker_list *list, size_t index, const wool_credentials *credentials, const wool_channel_options *options, wool_connection **out);
 
 /**
- * The number of workers in `list` (0 for NULL).
+ * The number of workers in `list` (0 for NULL; 0 for a freed list or a handle of another
+ * type, which also sets the thread's last error).
  *
  * # Safety
- * `list` must be NULL or a live list from wool_discover.
+ * None beyond the handle rules (docs/C-API.md, "Handles").
  */
 size_t wool_worker_list_count(const wool_worker_list *list);
 
 /**
- * The worker at `index` in `list`, valid until the list is freed; NULL when `list` is NULL or
- * `index` is out of range.
+ * The worker at `index` in `list`, valid until the list is freed (a pointer into the list,
+ * which the handle table cannot check: do not use it after wool_worker_list_free); NULL when
+ * `list` is NULL or `index` is out of range, and NULL for a freed list or a handle of another
+ * type, which also sets the thread's last error.
  *
  * # Safety
- * `list` must be NULL or a live list from wool_discover.
+ * None beyond the handle rules (docs/C-API.md, "Handles").
  */
 const wool_worker_info *wool_worker_list_get(const wool_worker_list *list, size_t index);
 
 /**
- * Releases a list and every worker in it; NULL is a no-op.
+ * Releases a list and every worker in it; NULL is a no-op; a second free (or a handle of
+ * another type) does nothing but set the thread's last error. Pointers from
+ * wool_worker_list_get are invalid afterwards.
  *
  * # Safety
- * `list` must be NULL or a list from wool_discover not yet freed; nothing may use it or its
- * workers afterwards.
+ * None beyond the handle rules (docs/C-API.md, "Handles").
  */
 void wool_worker_list_free(wool_worker_list *list);
 
@@ -715,7 +776,7 @@ void wool_worker_list_free(wool_worker_list *list);
  *
  * # Safety
  * `worker` must be NULL or point to a wool_worker_info whose `address`, `version` and
- * `identity` are NULL or NUL-terminated; `credentials` NULL or live; `options` NULL or live;
+ * `identity` are NULL or NUL-terminated; `credentials` NULL or a handle; `options` NULL or a handle;
  * `out` NULL or writable.
  */
 wool_status wool_connect_worker(const wool_worker_info *worker, const wool_credentials *credentials, const wool_channel_options *options, wool_connection **out);
@@ -741,7 +802,7 @@ wool_status wool_watch_new(const char *namespace_, int backend, wool_watch **out
  * Returns as wool_watch_new.
  *
  * # Safety
- * As wool_watch_new; `credentials` NULL or live.
+ * As wool_watch_new; `credentials` NULL or a handle.
  */
 wool_status wool_watch_new_admitted(const char *namespace_, int backend, const wool_credentials *credentials, wool_watch **out);
 
@@ -749,104 +810,29 @@ wool_status wool_watch_new_admitted(const char *namespace_, int backend, const w
  * Waits up to `timeout_seconds` (0 = do not wait, INFINITY = as long as it takes) for the
  * watch's next event and writes its kind to `*out_kind` (WOOL_DISCOVERY_EVENT_*) and its
  * worker to `*out_worker`, valid until the next wool_watch_next on this watch or
- * wool_watch_free. When nothing happened in time: WOOL_DISCOVERY_EVENT_NONE and NULL.
+ * wool_watch_free. When nothing happened in time: WOOL_DISCOVERY_EVENT_NONE and NULL; the
+ * same, at once, when another thread frees the watch during the wait.
  *
- * Returns WOOL_STATUS_INVALID_ARGUMENT for a NULL argument or a negative or NaN timeout, or
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for a NULL argument, a freed watch or a handle of
+ * another type, or a negative or NaN timeout, or
  * WOOL_STATUS_TRANSIENT once the watch has ended (its backend stopped, e.g. the multicast DNS
  * responder failed; every event before that was handed out): free it and start another.
  *
  * # Safety
- * `watch` must be NULL or a live watch; `out_kind` and `out_worker` NULL or writable.
+ * `out_kind` and `out_worker` NULL or writable.
  */
 wool_status wool_watch_next(const wool_watch *watch, double timeout_seconds, int *out_kind, const wool_worker_info **out_worker);
 
 /**
- * Stops a watch and releases it; NULL is a no-op.
+ * Stops a watch and releases it; NULL is a no-op; a second free (or a handle of another type)
+ * does nothing but set the thread's last error. A wool_watch_next waiting on the watch in
+ * another thread returns at once as if its timeout had passed (WOOL_DISCOVERY_EVENT_NONE);
+ * the watch goes away after it. Its events' workers are invalid afterwards.
  *
  * # Safety
- * `watch` must be NULL or a watch from wool_watch_new not yet freed, with no wool_watch_next
- * running on it; nothing may use it or its events' workers afterwards.
+ * None beyond the handle rules (docs/C-API.md, "Handles").
  */
 void wool_watch_free(wool_watch *watch);
-
-/**
- * Polls the workers behind `conns[0..count]` (as wool_idle), at most `max_in_flight` at once,
- * all within one deadline of `timeout_seconds` (INFINITY = none), blocking the calling thread
- * until every poll has finished. Writes per handle, in `conns` order: `out_statuses[i]` (the
- * status wool_idle would have given; a NULL handle gives WOOL_STATUS_INVALID_ARGUMENT),
- * `out_seconds[i]` (the idle seconds on WOOL_STATUS_OK, NAN otherwise) and, when `out_codes`
- * is not NULL, `out_codes[i]` (the gRPC code of a failure, -1 when none). Polls not started
- * before the deadline fail as WOOL_STATUS_TRANSIENT (DEADLINE_EXCEEDED). The same handle may
- * appear several times. Runs on the runtime and pooled connections the other calls use.
- *
- * Returns WOOL_STATUS_OK when the sweep ran (whatever each poll gave), or
- * WOOL_STATUS_INVALID_ARGUMENT for a NULL array with a non-zero count, max_in_flight 0, or a
- * bad timeout; nothing is written then.
- *
- * # Safety
- * `conns` must be NULL or `count` pointers, each NULL or a live handle; `out_seconds` and
- * `out_statuses` NULL or `count` writable elements; `out_codes` NULL or `count` writable.
- */
-wool_status wool_idle_many(const wool_connection *const *conns, size_t count, double timeout_seconds, size_t max_in_flight, double *out_seconds, wool_status *out_statuses, int32_t *out_codes);
-
-/**
- * Starts, without blocking, the sweep wool_idle_many runs: polls the workers behind
- * `conns[0..count]` (as wool_idle), at most `max_in_flight` at once, all within one deadline
- * of `timeout_seconds` (INFINITY = none), on the runtime and pooled connections the other
- * calls use. Returns at once with the call's id in `*out_call` (for wool_cancel). When every
- * poll has finished, the sweep writes one result per handle to `out_results[0..count]`, in
- * `conns` order (a NULL handle: WOOL_STATUS_INVALID_ARGUMENT in its slot; polls not started
- * before the deadline: WOOL_STATUS_TRANSIENT, DEADLINE_EXCEEDED), and then posts ONE
- * completion, tagged `tag`, to `queue`: WOOL_STATUS_OK, seconds 0, and (through
- * wool_queue_next_sized) kind WOOL_COMPLETION_KIND_SWEEP and count `count`. `count` 0 starts
- * a sweep of nothing, which completes at once.
- *
- * `out_results` is written only at the sweep's completion, all at once, and only if the call
- * is still in flight then: once wool_cancel(queue, call) has returned (its one completion is
- * then WOOL_STATUS_CANCELLED, count 0, the polls in flight cancelled) or wool_queue_free has,
- * nothing is ever written to it again. So `out_results` must stay valid until the call's
- * completion has been collected, or wool_cancel / wool_queue_free has returned; then the host
- * may free it. The handles may be freed as soon as this returns: the sweep keeps what it
- * needs. The same handle may appear several times.
- *
- * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `conns` or `out_results` with a non-zero
- * count, max_in_flight 0, a bad timeout (as wool_idle), or NULL `queue` or `out_call`;
- * nothing is started or written then.
- *
- * # Safety
- * `conns` must be NULL or `count` pointers, each NULL or a live handle; `queue` NULL or live;
- * `out_results` NULL or `count` writable elements, valid as said above; `out_call` NULL or
- * writable.
- */
-wool_status wool_idle_many_start(const wool_connection *const *conns, size_t count, double timeout_seconds, size_t max_in_flight, const wool_queue *queue, uint64_t tag, wool_poll_result *out_results, uint64_t *out_call);
-
-/**
- * The name of a retire reason (`"idle"`, `"busy"`, `"below-threshold"`, `"minimum"`,
- * `"round-limit"`, `"idle-unavailable"`, `"unreachable"`, `"poll-failed"`); `"unknown"` for
- * any other value. Static, never NULL.
- */
-const char *wool_retire_reason_name(int reason);
-
-/**
- * One retire round over the handles `conns[0..count]`: polls them all (as wool_idle_many,
- * within `poll_timeout_seconds`, at most `max_in_flight` at once), decides by `policy` (the
- * most idle retired first, never leaving fewer than `keep_min` answering workers, at most
- * `max_stops`), stops the retired ones (as wool_stop with the policy's grace and stop
- * timeout, at most `max_in_flight` at once) unless `dry_run`, and writes one decision per
- * handle to `out[0..count]`, in `conns` order. Blocks the calling thread; every handle must
- * stay live until the call returns. A NULL handle is
- * kept with reason WOOL_RETIRE_REASON_POLL_FAILED and poll status INVALID_ARGUMENT.
- *
- * Returns WOOL_STATUS_OK when the round ran (whatever each worker gave), or
- * WOOL_STATUS_INVALID_ARGUMENT for a NULL array with a non-zero count, a NULL policy,
- * max_in_flight 0, a bad timeout or a bad policy field (the message names it); nothing is
- * written or stopped then.
- *
- * # Safety
- * `conns` must be NULL or `count` pointers, each NULL or a live handle; `policy` NULL or
- * readable; `out` NULL or `count` writable elements.
- */
-wool_status wool_retire_idle(const wool_connection *const *conns, size_t count, const wool_retire_policy *policy, double poll_timeout_seconds, size_t max_in_flight, wool_retire_decision *out);
 
 /**
  * Copies the message of the calling thread's most recent failure into `buf`: at most `len`
@@ -879,10 +865,11 @@ int32_t wool_last_rpc_code(void);
 wool_status wool_channel_options_new(wool_channel_options **out);
 
 /**
- * Releases channel options. NULL is a no-op.
+ * Releases channel options. NULL is a no-op; a second free (or a handle of another type) does
+ * nothing but set the thread's last error.
  *
  * # Safety
- * `options` must be NULL or from wool_channel_options_new and not yet freed.
+ * None beyond the handle rules (docs/C-API.md, "Handles").
  */
 void wool_channel_options_free(wool_channel_options *options);
 
@@ -894,7 +881,7 @@ void wool_channel_options_free(wool_channel_options *options);
  * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options` or a value out of range.
  *
  * # Safety
- * `options` must be NULL or a live wool_channel_options used by no other thread.
+ * None beyond the handle rules (docs/C-API.md, "Handles").
  */
 wool_status wool_channel_options_set_max_receive_message_bytes(wool_channel_options *options, size_t bytes);
 
@@ -905,7 +892,7 @@ wool_status wool_channel_options_set_max_receive_message_bytes(wool_channel_opti
  * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options` or a value out of range.
  *
  * # Safety
- * `options` must be NULL or a live wool_channel_options used by no other thread.
+ * None beyond the handle rules (docs/C-API.md, "Handles").
  */
 wool_status wool_channel_options_set_max_send_message_bytes(wool_channel_options *options, size_t bytes);
 
@@ -917,7 +904,7 @@ wool_status wool_channel_options_set_max_send_message_bytes(wool_channel_options
  * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`, 0, negative, NaN or below 1 ms.
  *
  * # Safety
- * `options` must be NULL or a live wool_channel_options used by no other thread.
+ * None beyond the handle rules (docs/C-API.md, "Handles").
  */
 wool_status wool_channel_options_set_keepalive_interval(wool_channel_options *options, double seconds_between_pings);
 
@@ -930,7 +917,7 @@ wool_status wool_channel_options_set_keepalive_interval(wool_channel_options *op
  * below 1 ms.
  *
  * # Safety
- * `options` must be NULL or a live wool_channel_options used by no other thread.
+ * None beyond the handle rules (docs/C-API.md, "Handles").
  */
 wool_status wool_channel_options_set_keepalive_timeout(wool_channel_options *options, double seconds_to_answer);
 
@@ -941,7 +928,7 @@ wool_status wool_channel_options_set_keepalive_timeout(wool_channel_options *opt
  * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`.
  *
  * # Safety
- * `options` must be NULL or a live wool_channel_options used by no other thread.
+ * None beyond the handle rules (docs/C-API.md, "Handles").
  */
 wool_status wool_channel_options_set_keepalive_without_calls(wool_channel_options *options, bool permit);
 
@@ -952,7 +939,7 @@ wool_status wool_channel_options_set_keepalive_without_calls(wool_channel_option
  * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`.
  *
  * # Safety
- * `options` must be NULL or a live wool_channel_options used by no other thread.
+ * None beyond the handle rules (docs/C-API.md, "Handles").
  */
 wool_status wool_channel_options_set_max_pings_without_data(wool_channel_options *options, uint32_t pings);
 
@@ -963,7 +950,7 @@ wool_status wool_channel_options_set_max_pings_without_data(wool_channel_options
  * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options` or a value out of range.
  *
  * # Safety
- * `options` must be NULL or a live wool_channel_options used by no other thread.
+ * None beyond the handle rules (docs/C-API.md, "Handles").
  */
 wool_status wool_channel_options_set_max_concurrent_streams(wool_channel_options *options, size_t streams);
 
@@ -976,7 +963,7 @@ wool_status wool_channel_options_set_max_concurrent_streams(wool_channel_options
  * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`, 0, negative, NaN or below 1 ms.
  *
  * # Safety
- * `options` must be NULL or a live wool_channel_options used by no other thread.
+ * None beyond the handle rules (docs/C-API.md, "Handles").
  */
 wool_status wool_channel_options_set_connect_timeout(wool_channel_options *options, double seconds_to_connect);
 
@@ -986,7 +973,7 @@ wool_status wool_channel_options_set_connect_timeout(wool_channel_options *optio
  * Returns WOOL_STATUS_INVALID_ARGUMENT as wool_connect does.
  *
  * # Safety
- * As wool_connect; `options` must be NULL or a live wool_channel_options.
+ * As wool_connect; `options` is NULL or a wool_channel_options handle.
  */
 wool_status wool_connect_with_options(const char *target, const wool_credentials *credentials, const wool_channel_options *options, wool_connection **out);
 
@@ -1004,11 +991,14 @@ wool_status wool_queue_new(wool_queue **out);
 /**
  * Releases the queue: calls still in flight on it are cancelled (their HTTP/2 streams reset)
  * and their completions discarded; completions not collected are discarded; its file
- * descriptor is closed (remove it from an epoll set first). NULL is a no-op. Call it once,
- * after every other call on the queue has returned.
+ * descriptor is closed (remove it from an epoll set first). NULL is a no-op. Any thread may
+ * free it at any time: a wool_queue_next or wool_queue_next_sized waiting on it in another
+ * thread returns at once with no completion (WOOL_STATUS_OK, count 0, as at a timeout), and
+ * the queue goes away after the last call on it returns. A second free (or a handle of
+ * another type) does nothing but set the thread's last error.
  *
  * # Safety
- * `queue` must be NULL or from wool_queue_new and not yet freed.
+ * None beyond the handle rules (docs/C-API.md, "Handles").
  */
 void wool_queue_free(wool_queue *queue);
 
@@ -1020,10 +1010,11 @@ void wool_queue_free(wool_queue *queue);
  *
  * A host that waits on the descriptor rather than in wool_queue_next leaves the started calls
  * to the library's driver thread; asking for a descriptor tells the library so, and from then
- * on a start wakes that thread at once.
+ * on a start wakes that thread at once. A freed queue, or a handle of another type, gives -1
+ * and sets the thread's last error.
  *
  * # Safety
- * `queue` must be NULL or a live wool_queue.
+ * None beyond the handle rules (docs/C-API.md, "Handles").
  */
 int32_t wool_queue_fd(const wool_queue *queue);
 
@@ -1034,11 +1025,11 @@ int32_t wool_queue_fd(const wool_queue *queue);
  * The call's id is written to `*out_call` (for wool_cancel). Freeing `conn` while the call is
  * in flight is allowed: the call keeps what it needs.
  *
- * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `conn`, `queue` or `out_call`, or a bad
- * timeout (as wool_idle); nothing is started then.
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `conn`, `queue` or `out_call`, a freed handle
+ * or one of another type, or a bad timeout (as wool_idle); nothing is started then.
  *
  * # Safety
- * `conn` and `queue` must be NULL or live; `out_call` NULL or writable.
+ * `out_call` must be NULL or writable.
  */
 wool_status wool_idle_start(const wool_connection *conn, const wool_queue *queue, double timeout_seconds, uint64_t tag, uint64_t *out_call);
 
@@ -1047,11 +1038,11 @@ wool_status wool_idle_start(const wool_connection *conn, const wool_queue *queue
  * Its completion, tagged `tag`, arrives in `queue` (seconds 0). The call's id goes to
  * `*out_call`.
  *
- * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `conn`, `queue` or `out_call`, a NaN grace or
- * a bad timeout; nothing is started then.
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `conn`, `queue` or `out_call`, a freed handle
+ * or one of another type, a NaN grace or a bad timeout; nothing is started then.
  *
  * # Safety
- * `conn` and `queue` must be NULL or live; `out_call` NULL or writable.
+ * `out_call` must be NULL or writable.
  */
 wool_status wool_stop_start(const wool_connection *conn, const wool_queue *queue, double grace_seconds, double timeout_seconds, uint64_t tag, uint64_t *out_call);
 
@@ -1064,10 +1055,11 @@ wool_status wool_stop_start(const wool_connection *conn, const wool_queue *queue
  * polls in flight cancelled and writes nothing more to its `out_results` once this returns:
  * the host may free that array then (a sweep that completed first has written all of it).
  *
- * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `queue`.
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `queue`, a freed queue or a handle of
+ * another type.
  *
  * # Safety
- * `queue` must be NULL or live.
+ * None beyond the handle rules (docs/C-API.md, "Handles").
  */
 wool_status wool_cancel(const wool_queue *queue, uint64_t call);
 
@@ -1075,14 +1067,15 @@ wool_status wool_cancel(const wool_queue *queue, uint64_t call);
  * Collects up to `capacity` completions into `out` (oldest first) and writes how many to
  * `*out_count`. Waits up to `timeout_seconds` for the first one: 0 = do not wait, positive =
  * that long, INFINITY = until one arrives. Returns WOOL_STATUS_OK also when none arrived in
- * time (`*out_count` = 0). A completion's kind and a sweep's result count are left out here:
+ * time (`*out_count` = 0), and at once, with none, when another thread frees the queue during
+ * the wait. A completion's kind and a sweep's result count are left out here:
  * wool_queue_next_sized gives them.
  *
  * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `queue`, `out_count`, or `out` with a
- * non-zero capacity, or a negative or NaN timeout.
+ * non-zero capacity, a freed queue or a handle of another type, or a negative or NaN timeout.
  *
  * # Safety
- * `queue` must be NULL or live; `out` NULL or `capacity` writable completions; `out_count`
+ * `out` must be NULL or `capacity` writable completions; `out_count`
  * NULL or writable.
  */
 wool_status wool_queue_next(const wool_queue *queue, wool_completion *out, size_t capacity, double timeout_seconds, size_t *out_count);
@@ -1103,16 +1096,96 @@ wool_status wool_queue_next(const wool_queue *queue, wool_completion *out, size_
  * collected then.
  *
  * # Safety
- * `queue` must be NULL or live; `out` NULL or `capacity * completion_size` writable bytes;
+ * `out` must be NULL or `capacity * completion_size` writable bytes;
  * `out_count` NULL or writable.
  */
 wool_status wool_queue_next_sized(const wool_queue *queue, void *out, size_t capacity, size_t completion_size, double timeout_seconds, size_t *out_count);
+
+/**
+ * The name of a retire reason (`"idle"`, `"busy"`, `"below-threshold"`, `"minimum"`,
+ * `"round-limit"`, `"idle-unavailable"`, `"unreachable"`, `"poll-failed"`); `"unknown"` for
+ * any other value. Static, never NULL.
+ */
+const char *wool_retire_reason_name(int reason);
+
+/**
+ * One retire round over the handles `conns[0..count]`: polls them all (as wool_idle_many,
+ * within `poll_timeout_seconds`, at most `max_in_flight` at once), decides by `policy` (the
+ * most idle retired first, never leaving fewer than `keep_min` answering workers, at most
+ * `max_stops`), stops the retired ones (as wool_stop with the policy's grace and stop
+ * timeout, at most `max_in_flight` at once) unless `dry_run`, and writes one decision per
+ * handle to `out[0..count]`, in `conns` order. Blocks the calling thread; a handle freed
+ * meanwhile by another thread is still polled and stopped (the call holds its connection).
+ * A NULL, freed or other type's handle is kept with reason WOOL_RETIRE_REASON_POLL_FAILED
+ * and poll status INVALID_ARGUMENT.
+ *
+ * Returns WOOL_STATUS_OK when the round ran (whatever each worker gave), or
+ * WOOL_STATUS_INVALID_ARGUMENT for a NULL array with a non-zero count, a NULL policy,
+ * max_in_flight 0, a bad timeout or a bad policy field (the message names it); nothing is
+ * written or stopped then.
+ *
+ * # Safety
+ * `conns` must be NULL or `count` readable handle values; `policy` NULL or readable; `out` NULL or `count` writable elements.
+ */
+wool_status wool_retire_idle(const wool_connection *const *conns, size_t count, const wool_retire_policy *policy, double poll_timeout_seconds, size_t max_in_flight, wool_retire_decision *out);
 
 /**
  * The name of `status` as static NUL-terminated text, e.g. "WOOL_STATUS_TRANSIENT"; never
  * NULL. A value that is no wool_status gives "WOOL_STATUS_UNKNOWN".
  */
 const char *wool_status_name(wool_status status);
+
+/**
+ * Polls the workers behind `conns[0..count]` (as wool_idle), at most `max_in_flight` at once,
+ * all within one deadline of `timeout_seconds` (INFINITY = none), blocking the calling thread
+ * until every poll has finished. Writes per handle, in `conns` order: `out_statuses[i]` (the
+ * status wool_idle would have given; a NULL, freed or other type's handle gives
+ * WOOL_STATUS_INVALID_ARGUMENT),
+ * `out_seconds[i]` (the idle seconds on WOOL_STATUS_OK, NAN otherwise) and, when `out_codes`
+ * is not NULL, `out_codes[i]` (the gRPC code of a failure, -1 when none). Polls not started
+ * before the deadline fail as WOOL_STATUS_TRANSIENT (DEADLINE_EXCEEDED). The same handle may
+ * appear several times. Runs on the runtime and pooled connections the other calls use.
+ *
+ * Returns WOOL_STATUS_OK when the sweep ran (whatever each poll gave), or
+ * WOOL_STATUS_INVALID_ARGUMENT for a NULL array with a non-zero count, max_in_flight 0, or a
+ * bad timeout; nothing is written then.
+ *
+ * # Safety
+ * `conns` must be NULL or `count` readable handle values; `out_seconds` and
+ * `out_statuses` NULL or `count` writable elements; `out_codes` NULL or `count` writable.
+ */
+wool_status wool_idle_many(const wool_connection *const *conns, size_t count, double timeout_seconds, size_t max_in_flight, double *out_seconds, wool_status *out_statuses, int32_t *out_codes);
+
+/**
+ * Starts, without blocking, the sweep wool_idle_many runs: polls the workers behind
+ * `conns[0..count]` (as wool_idle), at most `max_in_flight` at once, all within one deadline
+ * of `timeout_seconds` (INFINITY = none), on the runtime and pooled connections the other
+ * calls use. Returns at once with the call's id in `*out_call` (for wool_cancel). When every
+ * poll has finished, the sweep writes one result per handle to `out_results[0..count]`, in
+ * `conns` order (a NULL, freed or other type's handle: WOOL_STATUS_INVALID_ARGUMENT in its
+ * slot; polls not started
+ * before the deadline: WOOL_STATUS_TRANSIENT, DEADLINE_EXCEEDED), and then posts ONE
+ * completion, tagged `tag`, to `queue`: WOOL_STATUS_OK, seconds 0, and (through
+ * wool_queue_next_sized) kind WOOL_COMPLETION_KIND_SWEEP and count `count`. `count` 0 starts
+ * a sweep of nothing, which completes at once.
+ *
+ * `out_results` is written only at the sweep's completion, all at once, and only if the call
+ * is still in flight then: once wool_cancel(queue, call) has returned (its one completion is
+ * then WOOL_STATUS_CANCELLED, count 0, the polls in flight cancelled) or wool_queue_free has,
+ * nothing is ever written to it again. So `out_results` must stay valid until the call's
+ * completion has been collected, or wool_cancel / wool_queue_free has returned; then the host
+ * may free it. The handles may be freed as soon as this returns: the sweep keeps what it
+ * needs. The same handle may appear several times.
+ *
+ * Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `conns` or `out_results` with a non-zero
+ * count, max_in_flight 0, a bad timeout (as wool_idle), or NULL `queue` or `out_call`;
+ * nothing is started or written then.
+ *
+ * # Safety
+ * `conns` must be NULL or `count` readable handle values; `out_results` NULL or `count` writable elements, valid as said above; `out_call` NULL or
+ * writable.
+ */
+wool_status wool_idle_many_start(const wool_connection *const *conns, size_t count, double timeout_seconds, size_t max_in_flight, const wool_queue *queue, uint64_t tag, wool_poll_result *out_results, uint64_t *out_call);
 
 #ifdef __cplusplus
 }  // extern "C"

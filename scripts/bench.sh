@@ -46,6 +46,12 @@ say() { printf '[bench.sh] %s\n' "$*" >&2; }
 
 say "building release artefacts (cargo build --release --workspace --bins --lib)"
 cargo build --release --workspace --bins --lib >&2
+# libwool.so again on its own, as release.sh and cargo-c build it: in the workspace build it
+# takes features other members turn on (kube-client turns on tracing's `log`, which costs a
+# C poll ~12,000 instructions of span logging), so the C, Go and Python rows measure the
+# library users install.
+say "building the C library as shipped (cargo build --release -p libwool-capi)"
+cargo build --release -p libwool-capi >&2
 say "building the Rust driver (cargo bench --no-run --bench wool_bench)"
 BENCH_BIN="$(cargo bench --no-run --bench wool_bench --message-format=json 2>/dev/null |
     python3 -c 'import json,sys

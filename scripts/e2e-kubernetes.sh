@@ -24,6 +24,11 @@
 # is checked for the API server's acceptance only (enforcement needs a network plugin).
 #   ./scripts/e2e-kubernetes.sh            every case
 #   E2E_CASES="activation tls" ./scripts/e2e-kubernetes.sh   some of them
+# The scaledown case (pods as the fleet, deletionCost) also runs kube-controller-manager's
+# Deployment and ReplicaSet controllers and plays the kubelet's part for its pods' status
+# (SCALEDOWN_RUNS, default 5, runs each with the option on and off). Not in the default list:
+#   E2E_CASES=churn CHURN_MINUTES=10 ./scripts/e2e-kubernetes.sh   deletion-cost patches per
+#   minute for 50 pods under a steady busy/idle mix (a measurement for docs/kubernetes.md)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -244,7 +249,9 @@ keda_operator() {
 }
 
 # The HPA half: KEDA's metrics adapter as the external.metrics.k8s.io APIService (on the veth
-# address: Endpoints may not be loopback) and kube-controller-manager's HPA controller.
+# address: Endpoints may not be loopback) and kube-controller-manager's HPA controller; with the
+# scaledown case, its Deployment and ReplicaSet controllers as well (they make and delete pods;
+# no kubelet runs, so the case plays its part for the pods' status).
 hpa_parts() {
     local port
     port=$(free_port)
@@ -293,7 +300,7 @@ EOF
     start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$KUBECONFIG" \
         --authentication-kubeconfig "$KUBECONFIG" --authorization-kubeconfig "$KUBECONFIG" \
         --bind-address 127.0.0.1 --secure-port "$(free_port)" --leader-elect=false \
-        --controllers horizontal-pod-autoscaler-controller --horizontal-pod-autoscaler-sync-period 2s \
+        --controllers "$KCM_CONTROLLERS" --horizontal-pod-autoscaler-sync-period 2s \
         --cert-dir "$TMP/kcm-certs"
     wait_for 60 "kube-controller-manager" grep -q 'Starting HPA controller' "$TMP/logs/kube-controller-manager.log" "$TMP/logs/kube-controller-manager.out"
 }
@@ -674,8 +681,288 @@ case_manifests() {
     check manifests "the scaler's policy lets only KEDA's operator reach 9090, as rendered (podSelector app=$sel)" test "$sel" = keda-operator
 }
 
+# --- pods: the workers as a Deployment's pods, their status played by the test (no kubelet)
+# Each pod of Deployment NAME gets, through the status subresource, phase Running, a Ready
+# condition and a podIP where a real wool-worker listens (addresses on this network namespace's
+# loopback); the pods are matched to IPS in the order given.
+pods_of() { # ns name: the Deployment's pods not being deleted, by name
+    k get pods -n "$1" -l "app.kubernetes.io/instance=$2" --no-headers \
+        -o custom-columns=NAME:.metadata.name,DELETED:.metadata.deletionTimestamp | awk '$2 == "<none>" { print $1 }' | sort
+}
+play_kubelet() { # ns pod ip
+    local now_ts; now_ts="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    k patch pod "$2" -n "$1" --subresource=status --type=merge -p \
+        "{\"status\":{\"phase\":\"Running\",\"podIP\":\"$3\",\"podIPs\":[{\"ip\":\"$3\"}],\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\",\"lastTransitionTime\":\"$now_ts\"}]}}" >/dev/null
+}
+cost_of() { # ns pod: its pod-deletion-cost annotation, or "-"
+    local v
+    v="$(k get pod "$2" -n "$1" -o jsonpath='{.metadata.annotations.controller\.kubernetes\.io/pod-deletion-cost}' 2>/dev/null || true)"
+    echo "${v:--}"
+}
+pod_ip() { k get pod "$2" -n "$1" -o jsonpath='{.status.podIP}'; }
+SD_WORKERS=()   # ip of each worker the scaledown case started
+SD_PORT=50051
+pod_workers() { # n: n wool-workers, each at its own address on lo, port SD_PORT
+    local i base="10.251.$(( $$ % 250 ))"
+    for ((i = 0; i < $1; i++)); do
+        local ip="$base.$(( 10 + ${#SD_WORKERS[@]} ))"
+        ip addr add "$ip/32" dev lo
+        start "podworker-${#SD_WORKERS[@]}" "$WORKER" --listen "$ip:$SD_PORT"
+        first_line "$TMP/logs/podworker-${#SD_WORKERS[@]}.out" >/dev/null
+        SD_WORKERS+=("$ip")
+    done
+}
+# One run: the Deployment at 3 pods, each given a worker (the busy one a pod just made, never
+# the one the last run kept), one long task on BUSY, then the ScaledObject (podSelector, deletionCost as asked) and
+# KEDA + the HPA take it to 1. Prints the run's timeline; sets RUN_KEPT (the pod left), RUN_BUSY
+# (the busy worker's pod), RUN_DELETED and RUN_MARKED (space-separated pod names).
+scaledown_run() { # ns name run deletion-cost(true|false) busy-ip [unmark-ip]
+    local ns=$1 name=$2 run=$3 cost=$4 busy=$5 unmark=${6:-} t0 pods=() ips=() i p burst2=""
+    t0=$(now)
+    k delete scaledobject "$name" -n "$ns" --ignore-not-found --wait=true >/dev/null
+    k delete hpa "keda-hpa-$name" -n "$ns" --ignore-not-found >/dev/null
+    k scale deployment "$name" -n "$ns" --replicas 3 >/dev/null
+    wait_for 30 "3 pods of $name" sh -c "[ \$('$BIN/kubectl' get pods -n $ns -l app.kubernetes.io/instance=$name -o name | wc -l) -ge 3 ]"
+    mapfile -t pods < <(pods_of "$ns" "$name")
+    # The busy worker goes to one of the pods just made (never the pod kept by the last run):
+    # Kubernetes' own ranking deletes the newest first, so only the marks can keep it.
+    local fresh=() others
+    for p in "${pods[@]}"; do if [[ " ${RUN_KEPT:-} " != *" $p "* ]]; then fresh+=("$p"); fi; done
+    local busy_pod=${fresh[RANDOM % ${#fresh[@]}]}
+    mapfile -t others < <(printf '%s\n' "${SD_WORKERS[@]}" | grep -vxF "$busy" | shuf)
+    for ((i = 0; i < 3; i++)); do
+        if [[ ${pods[i]} == "$busy_pod" ]]; then ips+=("$busy"); else ips+=("${others[0]}"); others=("${others[@]:1}"); fi
+    done
+    local line="run $run (deletionCost $cost):"
+    RUN_BUSY=""
+    for ((i = 0; i < 3; i++)); do
+        play_kubelet "$ns" "${pods[i]}" "${ips[i]}"
+        line+=" ${pods[i]}=${ips[i]}"
+        if [[ ${ips[i]} == "$busy" ]]; then RUN_BUSY=${pods[i]}; line+="(busy)"; fi
+    done
+    echo "    $line"
+    "$BURST" "$busy:$SD_PORT" 1 "$SD_TASK" > "$TMP/logs/burst-$name-$run.log" 2>&1 &
+    local burst=$!
+    sleep 1
+    render "$name" "$ns" -f "$ROOT/tests/helm/e2e-values.yaml" --set "workers.name=$name" \
+        --set rbac.pods=true --set rbac.deletionCost=true --set scaledObject.fleet.source=pods \
+        --set "scaledObject.fleet.podSelector=app.kubernetes.io/instance=$name" --set "scaledObject.fleet.port=$SD_PORT" \
+        --set "scaledObject.deletionCost=$cost" --set "scaledObject.scalerAddress=$SCALER_ADDR_plain" \
+        --set scaledObject.minReplicaCount=1 --set scaledObject.maxReplicaCount=3 --set "scaledObject.pollingInterval=$POLL" \
+        --set "scaledObject.idleThreshold=${IDLE}s" --set scaledObject.maxSweepAge=1s \
+        --set-json "scaledObject.advanced={\"horizontalPodAutoscalerConfig\":{\"behavior\":{\"scaleDown\":{\"stabilizationWindowSeconds\":$SD_WINDOW}}}}" \
+        --show-only templates/scaledobject.yaml > "$TMP/so-$name.yaml"
+    k apply --server-side -n "$ns" -f "$TMP/so-$name.yaml" >/dev/null
+    local t_so; t_so=$(now)
+    RUN_MARKED=""
+    local seen_marked=""
+    if [[ -n $unmark ]]; then
+        # Wait for the marks, then make a marked pod busy: it must be unmarked.
+        local upod=""
+        for p in "${pods[@]}"; do if [[ "$(pod_ip "$ns" "$p")" == "$unmark" ]]; then upod=$p; fi; done
+        wait_for 20 "$upod marked" sh -c "[ \"\$('$BIN/kubectl' get pod $upod -n $ns -o jsonpath='{.metadata.annotations.controller\\.kubernetes\\.io/pod-deletion-cost}')\" = -2147483648 ]" || true
+        seen_marked="$(cost_of "$ns" "$upod")"
+        echo "    +$(awk -v a="$(now)" -v b="$t_so" 'BEGIN{printf "%.1f", a-b}') s: $upod marked ($seen_marked); a task dispatched on its worker"
+        "$BURST" "$unmark:$SD_PORT" 1 "$SD_TASK" > "$TMP/logs/burst-$name-$run-unmark.log" 2>&1 &
+        local burst2=$!
+        wait_for 20 "$upod unmarked" sh -c "[ -z \"\$('$BIN/kubectl' get pod $upod -n $ns -o jsonpath='{.metadata.annotations.controller\\.kubernetes\\.io/pod-deletion-cost}')\" ]" || true
+        UNMARK_BEFORE=$seen_marked UNMARK_AFTER="$(cost_of "$ns" "$upod")" UNMARK_POD=$upod
+        echo "    +$(awk -v a="$(now)" -v b="$t_so" 'BEGIN{printf "%.1f", a-b}') s: $upod's annotation now: $UNMARK_AFTER"
+    fi
+    # Sample the marks until the scale-down is done (the HPA's window, then the ReplicaSet).
+    local want=1
+    if [[ -n $unmark ]]; then want=2; fi
+    local until=$((SECONDS + SD_WINDOW + 40)) r
+    while ((SECONDS < until)); do
+        for p in "${pods[@]}"; do
+            if [[ "$(cost_of "$ns" "$p" 2>/dev/null)" == -2147483648 && " $RUN_MARKED " != *" $p "* ]]; then RUN_MARKED+="$p "; fi
+        done
+        r="$(replicas "$ns" "$name")"
+        [[ $r == "$want" && "$(pods_of "$ns" "$name" | wc -l)" == "$want" ]] && break
+        sleep 0.5
+    done
+    local t_done; t_done=$(now)
+    local left; left="$(pods_of "$ns" "$name" | tr '\n' ' ')"
+    RUN_KEPT=$left
+    RUN_DELETED=""
+    for p in "${pods[@]}"; do if [[ " $left " != *" $p "* ]]; then RUN_DELETED+="$p "; fi; done
+    echo "    +$(awk -v a="$t_done" -v b="$t_so" 'BEGIN{printf "%.1f", a-b}') s after the ScaledObject: replicas $(replicas "$ns" "$name"); marked: ${RUN_MARKED:-none}; deleted: ${RUN_DELETED:-none}; kept: $left(busy pod $RUN_BUSY $([[ " $left " == *" $RUN_BUSY "* ]] && echo kept || echo DELETED))"
+    wait "$burst" || true
+    if [[ -n ${burst2:-} ]]; then wait "$burst2" || true; fi
+}
+
+# Scale-down that keeps the busy worker: pods as the fleet (podSelector), deletionCost on. A
+# Deployment of 3 pods, one worker busy with a long task, two idle; KEDA and the HPA take it to 1.
+# The pods deleted must be the idle workers' and the busy one kept, in each of SCALEDOWN_RUNS
+# runs; the same with the option off reports what Kubernetes' own ranking chose. Then a marked
+# pod that turns busy is unmarked, and the busy worker, sent SIGTERM, drains its task.
+case_scaledown() {
+    local ns=e2e-pods name=scaledown runs=${SCALEDOWN_RUNS:-5} run ok=0 off_kept=0
+    echo "== scale-down keeps the busy worker (podSelector + deletionCost; $runs runs, then $runs with the option off)"
+    k get namespace "$ns" >/dev/null 2>&1 || k create namespace "$ns" >/dev/null
+    k create serviceaccount default -n "$ns" >/dev/null 2>&1 || true
+    render "$name" "$ns" -f "$ROOT/tests/helm/e2e-values.yaml" --set "workers.name=$name" --set workers.replicas=0 \
+        --set rbac.pods=true --set scaledObject.fleet.source=pods --set scaledObject.fleet.podSelector=x=y \
+        --show-only templates/workers.yaml > "$TMP/workers-$name.yaml"
+    k apply --server-side -n "$ns" -f "$TMP/workers-$name.yaml" >/dev/null
+    pod_workers 3
+    local busy=${SD_WORKERS[0]}
+    sleep $((IDLE + 1))
+    for ((run = 1; run <= runs; run++)); do
+        scaledown_run "$ns" "$name" "$run" true "$busy"
+        if [[ $(wc -w <<<"$RUN_KEPT") == 1 && " $RUN_KEPT " == *" $RUN_BUSY "* && $(wc -w <<<"$RUN_DELETED") == 2 ]]; then
+            ok=$((ok + 1))
+        fi
+        RESULTS+=("scaledown run $run (deletionCost on): marked ${RUN_MARKED:-none}; deleted ${RUN_DELETED:-none}; busy pod $RUN_BUSY $([[ " $RUN_KEPT " == *" $RUN_BUSY "* ]] && echo kept || echo DELETED)")
+    done
+    check scaledown "the idle workers' pods deleted and the busy worker's pod kept, $ok of $runs runs" test "$ok" = "$runs"
+    for ((run = 1; run <= runs; run++)); do
+        scaledown_run "$ns" "$name" "off-$run" false "$busy"
+        if [[ " $RUN_KEPT " == *" $RUN_BUSY "* ]]; then off_kept=$((off_kept + 1)); fi
+        RESULTS+=("scaledown run off-$run (deletionCost off): Kubernetes deleted ${RUN_DELETED:-none}; busy pod $RUN_BUSY $([[ " $RUN_KEPT " == *" $RUN_BUSY "* ]] && echo kept || echo deleted)")
+    done
+    echo "    with the option off, Kubernetes' ranking kept the busy pod in $off_kept of $runs runs (reported, not asserted)"
+    RESULTS+=("scaledown: option off kept the busy pod in $off_kept of $runs runs")
+    # A marked pod that turns busy is unmarked before the scale-down (it then stays: 2 busy).
+    scaledown_run "$ns" "$name" unmark true "$busy" "${SD_WORKERS[1]}"
+    check scaledown "a marked pod that turns busy is unmarked (annotation $UNMARK_BEFORE, then $UNMARK_AFTER)" \
+        test "$UNMARK_BEFORE" = -2147483648 -a "$UNMARK_AFTER" = -
+    check scaledown "and kept at the scale-down (kept: $RUN_KEPT)" test -n "$(grep -w -- "$UNMARK_POD" <<<"$RUN_KEPT")"
+    # The race marking cannot close is closed by the drain: SIGTERM to the busy worker while its
+    # task runs; the task finishes, then the worker exits.
+    "$BURST" "$busy:$SD_PORT" 1 6 > "$TMP/logs/burst-$name-drain.log" 2>&1 &
+    local burst=$! rc=0
+    sleep 2
+    kill -TERM "$PID_podworker_0" 2>/dev/null || true
+    wait "$burst" || rc=$?
+    check scaledown "the busy worker sent SIGTERM drains: its task completes (burst rc $rc: $(tail -1 "$TMP/logs/burst-$name-drain.log"))" test "$rc" = 0
+    wait_for 20 "the drained worker to exit" sh -c "! kill -0 $PID_podworker_0 2>/dev/null" || true
+    check scaledown "and then it exits" sh -c "! kill -0 $PID_podworker_0 2>/dev/null"
+    k delete scaledobject "$name" -n "$ns" --ignore-not-found >/dev/null
+    grep -h "pod deletion cost written" "$TMP/logs/scaler-plain.log" "$TMP/logs/scaler-plain.out" 2>/dev/null | wc -l |
+        xargs -I{} echo "    the scaler wrote {} deletion-cost patches in this case"
+}
+# The pod source's bounds, each past its limit on one scaler while another fleet of the same
+# scaler keeps serving, each error naming its cause in the scaler's answer (its log shows it):
+# - a watch that fails (the scaler's ServiceAccount has no Role yet: forbidden) and is started
+#   again with a backoff, serving once the chart's Role (templates/rbac.yaml) is bound;
+# - a selector picking more pods than --max-pods-per-fleet (2 here);
+# - an API server that is gone (a second scaler whose kubeconfig names a port nothing listens on).
+so_of() { # ns name scaler-addr helm-args...: a ScaledObject scaling a Deployment of its own (replicas 0)
+    local ns=$1 name=$2 addr=$3; shift 3
+    k create deployment "$name" -n "$ns" --image=none --replicas=0 >/dev/null
+    render "$name" "$ns" -f "$ROOT/tests/helm/e2e-values.yaml" --set "workers.name=$name" --set rbac.pods=true \
+        --set "scaledObject.scalerAddress=$addr" --set "scaledObject.pollingInterval=$POLL" \
+        --set "scaledObject.scaleTargetName=$name" "$@" --show-only templates/scaledobject.yaml > "$TMP/so-$name.yaml"
+    k apply --server-side -n "$ns" -f "$TMP/so-$name.yaml" >/dev/null
+}
+served() { # metrics-addr ns/name: whether the scaler recorded an answer for that ScaledObject
+    curl -sf "http://$1/metrics" | grep -q "^wool_scaler_busy_workers{scaledobject=\"$2\""
+}
+case_podbounds() {
+    local ns=e2e-bounds sa=bounds-scaler
+    echo "== pod source bounds (a failing watch restarted, too many pods, the API server gone)"
+    k create namespace "$ns" >/dev/null
+    k create serviceaccount default -n "$ns" >/dev/null   # no serviceaccount controller runs
+    k create serviceaccount "$sa" -n "$ns" >/dev/null
+    local token gone_port
+    token="$(k create token "$sa" -n "$ns" --duration 1h)"
+    printf '%s\n' "apiVersion: v1" "kind: Config" \
+        "clusters: [{name: e2e, cluster: {server: \"https://127.0.0.1:$API_PORT\", insecure-skip-tls-verify: true}}]" \
+        "users: [{name: sa, user: {token: \"$token\"}}]" \
+        "contexts: [{name: e2e, context: {cluster: e2e, user: sa, namespace: $ns}}]" \
+        "current-context: e2e" > "$TMP/bounds.kubeconfig"
+    gone_port=$(free_port)
+    sed "s#https://127.0.0.1:$API_PORT#https://127.0.0.1:$gone_port#" "$TMP/bounds.kubeconfig" > "$TMP/gone.kubeconfig"
+    local b_port b_mport g_port g_mport
+    b_port=$(free_port); b_mport=$(free_port); g_port=$(free_port); g_mport=$(free_port)
+    start scaler-bounds env KUBECONFIG="$TMP/bounds.kubeconfig" "$SCALER_BIN" --listen "127.0.0.1:$b_port" \
+        --metrics-listen "127.0.0.1:$b_mport" --max-pods-per-fleet 2 --log-level info
+    start scaler-gone env KUBECONFIG="$TMP/gone.kubeconfig" "$SCALER_BIN" --listen "127.0.0.1:$g_port" \
+        --metrics-listen "127.0.0.1:$g_mport" --log-level info
+    wait_for 20 "the bounds scalers" sh -c "curl -sf http://127.0.0.1:$b_mport/metrics && curl -sf http://127.0.0.1:$g_mport/metrics"
+    # Pods without a Deployment (their status played here): 2 for a small fleet, 3 for a big one.
+    local p i=0
+    for p in small-0 small-1 big-0 big-1 big-2; do
+        k run "$p" -n "$ns" --image=none --restart=Never --labels "fleet=${p%-*}" >/dev/null
+        play_kubelet "$ns" "$p" "${SD_WORKERS[1 + i % 2]}"
+        i=$((i + 1))
+    done
+    so_of "$ns" targets-b "127.0.0.1:$b_port" --set-json "$(targets "${SD_WORKERS[1]}:$SD_PORT")"
+    so_of "$ns" small "127.0.0.1:$b_port" --set scaledObject.fleet.source=pods --set scaledObject.fleet.podSelector=fleet=small
+    so_of "$ns" targets-g "127.0.0.1:$g_port" --set-json "$(targets "${SD_WORKERS[2]}:$SD_PORT")"
+    so_of "$ns" gone "127.0.0.1:$g_port" --set scaledObject.fleet.source=pods --set scaledObject.fleet.podSelector=fleet=small
+    local blog="$TMP/logs/scaler-bounds.log" glog="$TMP/logs/scaler-gone.log"
+    wait_for 40 "a forbidden watch reported" grep -q 'forbidden' "$blog" || true
+    check podbounds "a watch that fails names its cause ($(grep -o 'fails (restarted[^"]*' "$blog" | head -1 | cut -c1-160))" \
+        grep -q 'watching the pods of selector .*fleet=small.* fails.*forbidden' "$blog"
+    # The chart's Role, bound: the failed watch is started again (after its backoff) and serves.
+    render wool "$ns" --set rbac.pods=true --set "serviceAccount.name=$sa" --show-only templates/rbac.yaml > "$TMP/rbac-bounds.yaml"
+    k apply --server-side -n "$ns" -f "$TMP/rbac-bounds.yaml" >/dev/null
+    local t_bound; t_bound=$(now)
+    wait_for 60 "the small pod fleet served" served "127.0.0.1:$b_mport" "$ns/small" || true
+    check podbounds "once the chart's Role is bound, the restarted watch serves (after $(awk -v a="$(now)" -v b="$t_bound" 'BEGIN{printf "%.1f", a-b}') s)" \
+        served "127.0.0.1:$b_mport" "$ns/small"
+    so_of "$ns" big "127.0.0.1:$b_port" --set scaledObject.fleet.source=pods --set scaledObject.fleet.podSelector=fleet=big
+    wait_for 30 "the big fleet refused" grep -q 'max-pods-per-fleet' "$blog" || true
+    check podbounds "too many pods names the bound ($(grep -o 'picks at least [0-9]* pods, more than --max-pods-per-fleet ([0-9]*)' "$blog" | head -1))" \
+        grep -q 'picks at least 3 pods, more than --max-pods-per-fleet (2)' "$blog"
+    wait_for 30 "the gone API server reported" grep -q 'fleet=small.* fails' "$glog" || true
+    check podbounds "an API server that is gone names the cause ($(grep -o 'fails (restarted[^"]*' "$glog" | head -1 | cut -c1-160))" \
+        grep -q 'watching the pods of selector .*fleet=small.* fails' "$glog"
+    check podbounds "meanwhile the same scalers' other fleets are served (targets-b, targets-g)" \
+        sh -c "curl -sf http://127.0.0.1:$b_mport/metrics | grep -q 'scaledobject=\"$ns/targets-b\"' && curl -sf http://127.0.0.1:$g_mport/metrics | grep -q 'scaledobject=\"$ns/targets-g\"'"
+    check podbounds "and no answer for the fleets past a bound (big, gone)" \
+        sh -c "! curl -sf http://127.0.0.1:$b_mport/metrics | grep -q 'scaledobject=\"$ns/big\"' && ! curl -sf http://127.0.0.1:$g_mport/metrics | grep -q 'scaledobject=\"$ns/gone\"'"
+    k delete namespace "$ns" --wait=false >/dev/null
+    RESULTS+=("podbounds: a forbidden watch restarted and served once the chart's Role was bound; 3 pods past --max-pods-per-fleet 2 refused; an API server gone refused; the other fleets served")
+}
+# A measurement, not a test (not in the default case list): E2E_CASES=churn CHURN_MINUTES=10.
+# 50 pods (their status played here, each a real wool-worker), deletionCost on, a steady mix of
+# busy and idle (a task of CHURN_TASK_MIN to CHURN_TASK_MAX s, default 5 to 24, dispatched to a
+# random worker every CHURN_EVERY s, default 1) for CHURN_MINUTES; reports the scaler's
+# deletion-cost patches per minute by outcome.
+case_churn() {
+    local ns=e2e-churn name=churn minutes=${CHURN_MINUTES:-10} n=50 i
+    local every=${CHURN_EVERY:-1} task_min=${CHURN_TASK_MIN:-5} task_max=${CHURN_TASK_MAX:-24}
+    echo "== churn: $n pods, deletionCost on, a task of $task_min-$task_max s on a random worker every $every s, for $minutes min"
+    k create namespace "$ns" >/dev/null
+    k create serviceaccount default -n "$ns" >/dev/null
+    local first=${#SD_WORKERS[@]}
+    pod_workers $n
+    local ips=("${SD_WORKERS[@]:first}")
+    for ((i = 0; i < n; i++)); do
+        k run "churn-$i" -n "$ns" --image=none --restart=Never --labels fleet=churn >/dev/null
+        play_kubelet "$ns" "churn-$i" "${ips[i]}"
+    done
+    sleep $((IDLE + 1))
+    so_of "$ns" "$name" "$SCALER_ADDR_plain" --set scaledObject.fleet.source=pods --set scaledObject.fleet.podSelector=fleet=churn \
+        --set scaledObject.deletionCost=true --set rbac.deletionCost=true --set "scaledObject.idleThreshold=${IDLE}s" \
+        --set scaledObject.maxSweepAge=1s --set scaledObject.minReplicaCount=1 --set scaledObject.maxReplicaCount=1
+    patches() { # outcome: the scaler's deletion-cost patches of that outcome so far
+        curl -sf "http://$SCALER_METRICS_plain/metrics" |
+            awk -v o="outcome=\"$1\"" '/^wool_scaler_deletion_cost_patches_total/ && index($0, o) { s += $NF } END { print s + 0 }'
+    }
+    local end=$((SECONDS + minutes * 60)) started=$SECONDS
+    while ((SECONDS < end)); do
+        "$BURST" "${ips[RANDOM % n]}:$SD_PORT" 1 $((task_min + RANDOM % (task_max - task_min + 1))) >/dev/null 2>&1 &
+        sleep "$every"
+    done
+    sleep "$task_max"   # the last tasks end
+    local took=$((SECONDS - started)) made refused errors
+    made="$(patches made)"; refused="$(patches refused)"; errors="$(patches error)"
+    local rate; rate=$(awk -v m="$made" -v t="$took" 'BEGIN{printf "%.1f", m * 60 / t}')
+    echo "    $n pods for $took s: $made patches made ($rate/min), $refused refused by the bound, $errors errors"
+    RESULTS+=("churn: $n pods, $took s: $rate patches/min ($made made, $refused refused, $errors errors)")
+    k delete namespace "$ns" --wait=false >/dev/null
+}
+SD_TASK=${SD_TASK:-15}
+SD_WINDOW=${SD_WINDOW:-8}
+
 # ----------------------------------------------------------------------------- run
-CASES="${E2E_CASES:-activation pool stream tls unreachable hpa manifests}"
+CASES="${E2E_CASES:-activation pool stream tls unreachable hpa scaledown podbounds manifests}"
+KCM_CONTROLLERS=horizontal-pod-autoscaler-controller
+[[ " $CASES " =~ " scaledown " ]] && KCM_CONTROLLERS+=,deployment-controller,replicaset-controller
 say "temp dir $TMP"
 certs
 control_plane
@@ -685,7 +972,7 @@ scaler plain
 scaler tls --tls-ca "$TMP/pki/scaler-ca.crt" --tls-cert "$TMP/pki/wool-scaler.crt" --tls-key "$TMP/pki/wool-scaler.key"
 HPA_OK=""
 HPA_WHY="no network namespace (needs root and iproute2): the adapter's Endpoints cannot be loopback"
-if [[ -n "$AGG_IP" && " $CASES " =~ " hpa " ]]; then
+if [[ -n "$AGG_IP" && ( " $CASES " =~ " hpa " || " $CASES " =~ " scaledown " ) ]]; then
     if hpa_parts; then HPA_OK=1; else HPA_WHY="the metrics adapter's APIService never became Available (logs above)"; fi
 fi
 for c in $CASES; do
@@ -696,6 +983,9 @@ for c in $CASES; do
         tls) case_tls ;;
         unreachable) case_unreachable; [[ -n "$HPA_OK" ]] && case_unreachable fallback ;;
         hpa) if [[ -n "$HPA_OK" ]]; then case_hpa; else echo "== the HPA half: NOT RUN: $HPA_WHY"; RESULTS+=("hpa: not run: $HPA_WHY"); fi ;;
+        churn) case_churn ;;
+        podbounds) if ((${#SD_WORKERS[@]} == 0)); then pod_workers 3; fi; case_podbounds ;;
+        scaledown) if [[ -n "$HPA_OK" ]]; then case_scaledown; else echo "== scale-down: NOT RUN: $HPA_WHY"; RESULTS+=("scaledown: not run: $HPA_WHY"); fi ;;
         manifests) case_manifests ;;
         *) say "unknown case $c"; FAILS+=("unknown case $c") ;;
     esac

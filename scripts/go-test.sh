@@ -3,9 +3,10 @@
 # libwool, as a user of the binding who installs libwool system-wide would have it (build tag
 # woolpkgconfig: a checkout holds no prebuilt libwool.a, which only the released module
 # carries; scripts/release-test-go.sh tests that default build from the release):
-#   1. bindings/go (the binding, module github.com/libwool/libwool/bindings/go) and examples/go
-#      (the example programs, their own module): go vet, gofmt, go test -race, with
-#      -tags woolpkgconfig;
+#   1. bindings/go (the binding, module github.com/libwool/libwool/bindings/go), examples/go
+#      (the example programs, their own module) and benches/harness (what the Go benchmark
+#      drivers share): go vet, gofmt, go test -race, with -tags woolpkgconfig; the drivers
+#      benches/go and benches/grpc-go vetted and built (grpc-go's own test run);
 #   2. a consumer module outside the repository (a temporary directory made from
 #      bindings/go/testdata/consumer: a go.mod requiring the binding, replaced by this
 #      checkout's bindings/go, no network needed): go vet, go test -race (-tags
@@ -66,6 +67,11 @@ check_module() {
 check_module "$ROOT/bindings/go" "$@"
 (cd bindings/go && go vet -tags woolstatic ./...) # link_static.go
 check_module "$ROOT/examples/go" "$@"
+# The benchmark drivers' shared harness (its own module, no libwool), and the two drivers that
+# use it through replace directives: vetted and built as scripts/bench.sh builds them.
+check_module "$ROOT/benches/harness"
+(cd benches/go && go vet -tags woolpkgconfig ./... && go build -tags woolpkgconfig -o /dev/null .)
+(cd benches/grpc-go && go vet ./... && go test -count=1 ./... && go build -o /dev/null .)
 
 # The consumer: a module of its own outside the repository, as a stranger's would be.
 CONSUMER="$(mktemp -d "${TMPDIR:-/tmp}/wool-go-consumer.XXXXXX")"

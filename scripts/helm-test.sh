@@ -67,9 +67,15 @@ def want(cond, what):
     if not cond: bad.append(what)
 by = {}
 for d in docs: by.setdefault(d["kind"], []).append(d)
-want(not any(k in by for k in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")), "no RBAC objects")
+rbac = bool(get("rbac.pods"))
+want(not any(k in by for k in ("ClusterRole", "ClusterRoleBinding")), "no cluster-wide RBAC objects")
+want(len(by.get("Role", [])) == len(by.get("RoleBinding", [])) == (1 if rbac else 0), "a Role and RoleBinding iff rbac.pods")
+if rbac:
+    verbs = by["Role"][0]["rules"][0]["verbs"]
+    want(by["Role"][0]["rules"][0]["resources"] == ["pods"], "the Role is on pods only")
+    want(verbs == ["get", "list", "watch"] + (["patch"] if get("rbac.deletionCost") else []), f"the Role's verbs {verbs}")
 want([d["metadata"]["name"] for d in by.get("ServiceAccount", [])] == ["wool-scaler"], "the scaler's ServiceAccount")
-want(all(d.get("automountServiceAccountToken") is False for d in by.get("ServiceAccount", [])), "no API token mounted")
+want(all(d.get("automountServiceAccountToken") is rbac for d in by.get("ServiceAccount", [])), "an API token iff rbac.pods")
 deps = {d["metadata"]["name"]: d for d in by.get("Deployment", [])}
 workers = bool(get("workers.enabled"))
 want(sorted(deps) == sorted(["wool-scaler"] + (["wool-workers"] if workers else [])), f"Deployments {sorted(deps)}")
@@ -77,7 +83,7 @@ want(any(d["metadata"]["name"] == "wool-scaler" and d["spec"]["ports"][0]["port"
 for name, d in deps.items():
     pod = d["spec"]["template"]["spec"]
     want(pod["securityContext"].get("runAsNonRoot") is True and pod["securityContext"].get("runAsUser") == 65532, f"{name}: non-root, UID 65532")
-    want(pod.get("automountServiceAccountToken") is False, f"{name}: no API token")
+    want(pod.get("automountServiceAccountToken") is (rbac and name == "wool-scaler"), f"{name}: an API token only for the scaler with rbac.pods")
     for c in pod["containers"]:
         sc = c["securityContext"]
         want(sc.get("readOnlyRootFilesystem") is True, f"{name}: read-only root")
@@ -119,8 +125,11 @@ if get("scaledObject.enabled"):
     want(t["type"] == get("scaledObject.triggerType", "external-push"), "the trigger type")
     want(m["scalerAddress"] == "wool-scaler.wool.svc:9090", f"scalerAddress {m['scalerAddress']}")
     source = get("scaledObject.fleet.source")
-    keys = {"dns": {"dnsName", "port"}, "targets": {"targets"}, "namespace": {"namespace", "discovery"}}[source]
-    want(keys <= set(m) and not (set().union(*({"dnsName", "port"}, {"targets"}, {"namespace", "discovery"})) - keys) & set(m), f"the fleet's keys for {source}: {sorted(m)}")
+    keys = {"dns": {"dnsName", "port"}, "targets": {"targets"}, "namespace": {"namespace", "discovery"}, "pods": {"podSelector", "port"}}[source]
+    want(keys <= set(m) and not (set().union(*({"dnsName", "port"}, {"targets"}, {"namespace", "discovery"}, {"podSelector"})) - keys) & set(m), f"the fleet's keys for {source}: {sorted(m)}")
+    want((m.get("deletionCost") == "true") == bool(get("scaledObject.deletionCost")), "deletionCost iff scaledObject.deletionCost")
+    if source == "pods" and not get("scaledObject.fleet.podSelector"):
+        want(m["podSelector"] == "app.kubernetes.io/name=wool-worker,app.kubernetes.io/instance=wool", "podSelector: the workers' pods")
     if source == "dns" and not get("scaledObject.fleet.dnsName"):
         want(m["dnsName"] == "wool-workers-headless.wool.svc.cluster.local", "dnsName: the workers' headless Service")
     if source == "targets":

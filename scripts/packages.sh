@@ -37,7 +37,7 @@ check() { # description, cargo check arguments...
 }
 echo "== each package and feature alone"
 check "libwool, no features (the client and fleet)" -p libwool
-for feature in lan dns worker scaler; do
+for feature in lan dns server worker scaler; do
     check "libwool --features $feature" -p libwool --features "$feature"
 done
 for package in libwool-capi woolctl wool-worker wool-scaler; do
@@ -49,7 +49,13 @@ echo "== what the client takes"
 tree="$(cargo tree --quiet -p libwool -e normal --prefix none | sed 's/ (\*)$//' | sort -u)"
 echo "libwool with no features: $(wc -l <<<"$tree") distinct crates (itself included)"
 for crate in clap tracing-subscriber prometheus-client tonic-health tonic-reflection axum \
-    mdns-sd hickory-resolver; do
+    mdns-sd hickory-resolver kube k8s-openapi; do
     if grep -q "^$crate v" <<<"$tree"; then fail "the client depends on $crate"; fi
+done
+# The C library (libwool.so) takes the client alone: no Kubernetes client, which is the scaler's.
+capi_tree="$(cargo tree --quiet -p libwool-capi -e normal --prefix none | sed 's/ (\*)$//' | sort -u)"
+echo "libwool-capi: $(wc -l <<<"$capi_tree") distinct crates (itself included)"
+for crate in kube k8s-openapi; do
+    if grep -q "^$crate v" <<<"$capi_tree"; then fail "libwool-capi depends on $crate"; fi
 done
 exit $status

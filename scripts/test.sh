@@ -48,6 +48,7 @@ suite "setup (Wool venvs, build)" setup
 suite "cargo test" cargo test --workspace --lib --bins --tests --examples ${CARGO_TEST_ARGS:-}
 suite "doc tests" cargo test --workspace --doc
 suite "rustfmt (cargo fmt --check)" cargo fmt --check
+suite "import cycles: none between files of src/ or capi/src/" sh -c 'python3 scripts/import-cycles.py src && python3 scripts/import-cycles.py capi/src'
 suite "clippy (warnings denied)" cargo clippy --workspace --all-targets -- -D warnings
 suite "packages: each library as packaged, each package and feature alone, the client's crates" ./scripts/packages.sh
 suite "rustdoc (warnings denied)" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace

@@ -171,12 +171,13 @@ pub enum MetadataOutcome {
 /// input did, or makes the arithmetic a sweep does on it overflow.
 pub fn scaler_metadata(pairs: &[(String, String)]) -> MetadataOutcome {
     use crate::scaler::metadata::{
-        FleetSpec, Source, MAX_IDLE_THRESHOLD, MAX_NAMESPACE_BYTES, MAX_PATH_BYTES,
-        MAX_SERVER_NAME_BYTES, MAX_SWEEP_AGE, MAX_SWEEP_TIMEOUT, MAX_TARGETS, MAX_TARGET_BYTES,
+        Source, TriggerSpec, MAX_IDLE_THRESHOLD, MAX_NAMESPACE_BYTES, MAX_PATH_BYTES,
+        MAX_SELECTOR_BYTES, MAX_SERVER_NAME_BYTES, MAX_SWEEP_AGE, MAX_SWEEP_TIMEOUT, MAX_TARGETS,
+        MAX_TARGET_BYTES,
     };
     let metadata: std::collections::HashMap<String, String> = pairs.iter().cloned().collect();
     let input_bytes: usize = metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
-    let spec = match FleetSpec::from_metadata(&metadata) {
+    let spec = match TriggerSpec::from_metadata_in(&metadata, "fuzz") {
         Ok(spec) => spec,
         Err(error) => {
             assert_eq!(
@@ -207,6 +208,10 @@ pub fn scaler_metadata(pairs: &[(String, String)]) -> MetadataOutcome {
         Source::Dns { name, port } => {
             assert!(!name.is_empty() && name.len() <= 255 && *port != 0);
             held += name.len();
+        }
+        Source::Pods { selector, port, .. } => {
+            assert!(!selector.is_empty() && selector.len() <= MAX_SELECTOR_BYTES && *port != 0);
+            held += selector.len();
         }
     }
     if let Some(tls) = &spec.tls {
@@ -239,6 +244,6 @@ pub fn scaler_metadata(pairs: &[(String, String)]) -> MetadataOutcome {
     assert!(now.checked_add(spec.max_sweep_age).is_some());
     assert!(now.checked_add(spec.sweep_timeout * 2).is_some());
     assert!(spec.idle_threshold.as_secs_f64().is_finite());
-    let _ = spec.fleet_key();
+    let _ = spec.group_key();
     MetadataOutcome::Spec
 }

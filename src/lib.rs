@@ -17,7 +17,11 @@
 //!   reloaded from files.
 //! - `scaler`: the `scaler` module, a KEDA external scaler over the fleet layer (what
 //!   `wool-scaler` serves), so Kubernetes scales a fleet, to zero included, on its workers'
-//!   idle time (turns on `worker`, `lan` and `dns`).
+//!   idle time (turns on `server`, `lan` and `dns`).
+//! - `server`: the `server` module, the scaffold the worker and the scaler share: accepting
+//!   connections under bounds (its constants: deadlines, caps, HTTP/2 limits), TLS with
+//!   credentials reloaded from files, the health and metrics side ports, [`server::ServerError`]
+//!   (turned on by `worker` and by `scaler`).
 //!
 //! The C ABI (`include/wool.h`, libwool.so) is the `libwool-capi` package; the programs
 //! `woolctl`, `wool-worker` and `wool-scaler` are packages of their own.
@@ -77,6 +81,9 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[macro_use]
+mod write_through;
+
 pub mod connection;
 pub mod fleet;
 #[cfg(feature = "fuzzing")]
@@ -91,6 +98,8 @@ pub mod protocol;
 mod protocol;
 #[cfg(feature = "scaler")]
 pub mod scaler;
+#[cfg(feature = "server")]
+pub mod server;
 mod tls;
 #[cfg(feature = "worker")]
 pub mod worker;

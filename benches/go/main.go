@@ -17,15 +17,11 @@
 // seq polls with context.Background() (no deadline); burst gives each poll a 60 s deadline, as
 // the Rust and grpc-go burst drivers do.
 //
-// Output: one line of JSON on stdout (encoding/json): raw measurements, with the keys of the
-// Rust driver (benches/wool_bench.rs), which benches/run.py turns into statistics; durations of
-// single operations in integer nanoseconds, totals in seconds. seq as `seq-conn`
-// ({"samples_ns":[one per poll],"elapsed_s","cpu_s"}); burst as `burst` ({"levels":
-// [{"concurrency","bursts","ok","failed","elapsed_s","first_error"}]}, plus "os_threads_max":
-// the most OS threads this process had during the bursts, sampled from /proc/self/status; not
-// "max_threads", which benches/run.py reads from a burst driver as the C driver's thread cap);
-// sweep as `sweep` ({"endpoints","concurrency","sweep_ns":[cold, warm...],"failures":[per
-// sweep],"first_error"}).
+// Output: one line of JSON on stdout, as benches/harness writes it (the keys of the Rust driver,
+// benches/wool_bench.rs, which benches/run.py turns into statistics). seq as `seq-conn` (a
+// harness.Latency); burst as `burst` (harness.Bursts with "os_threads_max": the most OS threads
+// this process had during the bursts); sweep as `sweep` ({"endpoints","concurrency",
+// "sweep_ns":[cold, warm...],"failures":[per sweep],"first_error"}).
 //
 // The binding finds libwool through pkg-config; scripts/bench.sh writes a wool.pc for the
 // release build (target/release) and builds this with it:
@@ -35,16 +31,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/libwool/libwool/benches/harness"
 	wool "github.com/libwool/libwool/bindings/go"
 )
 
@@ -56,6 +50,13 @@ func usage() {
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "wool-bench-go:", err)
 	os.Exit(1)
+}
+
+// emit prints v as the one line of JSON the runner reads.
+func emit(v any) {
+	if err := harness.Emit(os.Stdout, v); err != nil {
+		fail(err)
+	}
 }
 
 func main() {
@@ -83,52 +84,22 @@ func main() {
 	}
 	switch mode {
 	case "seq":
-		n, err1 := strconv.Atoi(args[1])
-		warmup, err2 := strconv.Atoi(args[2])
-		if err1 != nil || err2 != nil || n < 1 || warmup < 0 {
-			fmt.Fprintln(os.Stderr, "wool-bench-go: N and WARMUP are counts")
+		n, warmup, err := harness.ParseCounts(args[1], args[2])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "wool-bench-go:", err)
 			os.Exit(2)
 		}
 		seq(args[0], n, warmup)
 	case "burst":
-		var levels []int
-		for _, s := range strings.Split(args[1], ",") {
-			l, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil || l < 1 {
-				usage()
-			}
-			levels = append(levels, l)
-		}
-		seconds, err := strconv.ParseFloat(args[2], 64)
-		if err != nil || !(seconds >= 0) {
+		levels, err1 := harness.ParseLevels(args[1])
+		seconds, err2 := harness.ParseSeconds(args[2])
+		if err1 != nil || err2 != nil {
 			usage()
 		}
 		burst(args[0], levels, seconds)
 	default:
 		usage()
 	}
-}
-
-// The outputs (see the package comment).
-
-type latency struct {
-	SamplesNs []int64 `json:"samples_ns"`
-	ElapsedS  float64 `json:"elapsed_s"`
-	CPUS      float64 `json:"cpu_s"`
-}
-
-type level struct {
-	Concurrency int     `json:"concurrency"`
-	Bursts      int     `json:"bursts"`
-	OK          int64   `json:"ok"`
-	Failed      int64   `json:"failed"`
-	ElapsedS    float64 `json:"elapsed_s"`
-	FirstError  string  `json:"first_error"`
-}
-
-type burstsOut struct {
-	Levels       []level `json:"levels"`
-	OSThreadsMax int64   `json:"os_threads_max"`
 }
 
 type sweepsOut struct {
@@ -139,15 +110,6 @@ type sweepsOut struct {
 	FirstError  string  `json:"first_error"`
 }
 
-// emit prints v as the one line of JSON the harness reads.
-func emit(v any) {
-	out, err := json.Marshal(v)
-	if err != nil {
-		fail(err)
-	}
-	fmt.Println(string(out))
-}
-
 func seq(addr string, n, warmup int) {
 	conn, err := wool.Connect(addr)
 	if err != nil {
@@ -155,23 +117,14 @@ func seq(addr string, n, warmup int) {
 	}
 	defer conn.Close()
 	ctx := context.Background()
-	for i := 0; i < warmup; i++ {
-		if _, err := conn.Idle(ctx); err != nil {
-			fail(err)
-		}
+	out, err := harness.Seq(n, warmup, func() error {
+		_, err := conn.Idle(ctx)
+		return err
+	})
+	if err != nil {
+		fail(err)
 	}
-	samples := make([]int64, n)
-	cpu := processCPU()
-	start := time.Now()
-	for i := range samples {
-		t := time.Now()
-		if _, err := conn.Idle(ctx); err != nil {
-			fail(err)
-		}
-		samples[i] = time.Since(t).Nanoseconds()
-	}
-	elapsed := time.Since(start).Seconds()
-	emit(latency{SamplesNs: samples, ElapsedS: elapsed, CPUS: processCPU() - cpu})
+	emit(out)
 }
 
 // sweep: IdleMany over one Connection per address of `file`, `maxInFlight` at once, each sweep
@@ -237,95 +190,11 @@ func burst(addr string, levels []int, seconds float64) {
 		}
 	}
 	var maxThreads atomic.Int64
-	stopSampling := sampleThreads(&maxThreads)
-	budget := time.Duration(seconds * float64(time.Second))
-	rows := []level{}
-	for _, lv := range levels {
-		var ok, failed atomic.Int64
-		var mu sync.Mutex
-		firstError := ""
-		bursts := 0
-		start := time.Now()
-		for bursts == 0 || time.Since(start) < budget {
-			var wg sync.WaitGroup
-			wg.Add(lv)
-			for i := 0; i < lv; i++ {
-				go func() {
-					defer wg.Done()
-					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-					defer cancel()
-					if _, err := conn.Idle(ctx); err != nil {
-						failed.Add(1)
-						mu.Lock()
-						if firstError == "" {
-							firstError = err.Error()
-						}
-						mu.Unlock()
-						return
-					}
-					ok.Add(1)
-				}()
-			}
-			wg.Wait()
-			bursts++
-		}
-		rows = append(rows, level{Concurrency: lv, Bursts: bursts, OK: ok.Load(),
-			Failed: failed.Load(), ElapsedS: time.Since(start).Seconds(), FirstError: firstError})
-	}
+	stopSampling := harness.SampleThreads(&maxThreads)
+	rows := harness.Burst(levels, seconds, func(ctx context.Context) error {
+		_, err := conn.Idle(ctx)
+		return err
+	})
 	stopSampling()
-	emit(burstsOut{Levels: rows, OSThreadsMax: maxThreads.Load()})
-}
-
-// sampleThreads records the most OS threads of this process in *most, every 10 ms, until the
-// returned function is called.
-func sampleThreads(most *atomic.Int64) (stop func()) {
-	done, stopped := make(chan struct{}), make(chan struct{})
-	record := func() {
-		if n := osThreads(); n > most.Load() {
-			most.Store(n)
-		}
-	}
-	record()
-	go func() {
-		defer close(stopped)
-		ticker := time.NewTicker(10 * time.Millisecond)
-		defer ticker.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ticker.C:
-				record()
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-stopped
-		record()
-	}
-}
-
-// osThreads is this process's OS thread count (Threads: in /proc/self/status); 0 if unknown.
-func osThreads() int64 {
-	status, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if value, ok := strings.CutPrefix(line, "Threads:"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
-// processCPU is this process's user + system CPU time (all threads), in seconds.
-func processCPU() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+	emit(harness.Bursts{Levels: rows, OSThreadsMax: maxThreads.Load()})
 }

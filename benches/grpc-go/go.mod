@@ -2,7 +2,12 @@ module github.com/libwool/libwool/benches/grpc-go
 
 go 1.26.0
 
-require google.golang.org/grpc v1.85.0
+require (
+	github.com/libwool/libwool/benches/harness v0.0.0
+	google.golang.org/grpc v1.85.0
+)
+
+replace github.com/libwool/libwool/benches/harness => ../harness
 
 require (
 	golang.org/x/net v0.60.0 // indirect

@@ -19,12 +19,11 @@
 // message `Void` (zero bytes); the response `Idle { double seconds = 1; }` is 0x09 followed by a
 // little-endian f64 (or zero bytes when seconds is 0.0, proto3's default), decoded by hand.
 //
-// Output: one line of JSON on stdout (encoding/json): raw measurements, with the keys of the
-// Rust driver (benches/wool_bench.rs), which benches/run.py turns into statistics; durations of
-// single operations in integer nanoseconds, totals in seconds. seq as `seq-raw`
-// ({"samples_ns":[one per poll],"elapsed_s","cpu_s"}), burst as `burst` ({"levels":
-// [{"concurrency","bursts","ok","failed","elapsed_s","first_error"}]}). seq calls without a deadline, as the raw tonic stub (a) does;
-// burst gives each call a 60 s deadline, as the Rust burst does.
+// Output: one line of JSON on stdout, as benches/harness writes it (the keys of the Rust driver,
+// benches/wool_bench.rs, which benches/run.py turns into statistics): seq as `seq-raw` and first
+// as `first` (a harness.Latency), burst as `burst` (harness.Bursts). seq calls without a
+// deadline, as the raw tonic stub (a) does; burst gives each call harness.BurstCallTimeout
+// (60 s), as the Rust burst does.
 package main
 
 import (
@@ -32,18 +31,15 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/libwool/libwool/benches/harness"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -176,15 +172,21 @@ func usage() {
 	os.Exit(2)
 }
 
+// emit prints v as the one line of JSON the runner reads.
+func emit(v any) {
+	if err := harness.Emit(os.Stdout, v); err != nil {
+		fail(err)
+	}
+}
+
 func main() {
 	if len(os.Args) != 5 {
 		usage()
 	}
 	switch os.Args[1] {
 	case "seq", "first":
-		n, err1 := strconv.Atoi(os.Args[3])
-		warmup, err2 := strconv.Atoi(os.Args[4])
-		if err1 != nil || err2 != nil || n < 1 || warmup < 0 {
+		n, warmup, err := harness.ParseCounts(os.Args[3], os.Args[4])
+		if err != nil {
 			usage()
 		}
 		if os.Args[1] == "first" {
@@ -193,16 +195,9 @@ func main() {
 			seq(os.Args[2], n, warmup)
 		}
 	case "burst":
-		var levels []int
-		for _, s := range strings.Split(os.Args[3], ",") {
-			l, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil || l < 1 {
-				usage()
-			}
-			levels = append(levels, l)
-		}
-		seconds, err := strconv.ParseFloat(os.Args[4], 64)
-		if err != nil {
+		levels, err1 := harness.ParseLevels(os.Args[3])
+		seconds, err2 := harness.ParseSeconds(os.Args[4])
+		if err1 != nil || err2 != nil {
 			usage()
 		}
 		burst(os.Args[2], levels, seconds)
@@ -211,63 +206,22 @@ func main() {
 	}
 }
 
-// The outputs (see the package comment).
-
-type latency struct {
-	SamplesNs []int64 `json:"samples_ns"`
-	ElapsedS  float64 `json:"elapsed_s"`
-	CPUS      float64 `json:"cpu_s"`
-}
-
-type level struct {
-	Concurrency int     `json:"concurrency"`
-	Bursts      int     `json:"bursts"`
-	OK          int64   `json:"ok"`
-	Failed      int64   `json:"failed"`
-	ElapsedS    float64 `json:"elapsed_s"`
-	FirstError  string  `json:"first_error"`
-}
-
-type burstsOut struct {
-	Levels []level `json:"levels"`
-}
-
-// emit prints v as the one line of JSON the harness reads.
-func emit(v any) {
-	out, err := json.Marshal(v)
-	if err != nil {
-		fail(err)
-	}
-	fmt.Println(string(out))
-}
-
 func seq(addr string, n, warmup int) {
 	conn := dial(addr)
 	defer conn.Close()
 	ctx := context.Background()
 	resp := make([]byte, 0, 16)
-	for i := 0; i < warmup; i++ {
-		if _, err := idle(ctx, conn, &resp); err != nil {
-			fail(err)
-		}
-	}
-	samples := make([]int64, n)
 	last := 0.0
-	cpu := processCPU()
-	start := time.Now()
-	for i := range samples {
-		t := time.Now()
+	out, err := harness.Seq(n, warmup, func() error {
 		seconds, err := idle(ctx, conn, &resp)
-		if err != nil {
-			fail(err)
-		}
-		samples[i] = time.Since(t).Nanoseconds()
 		last = seconds
+		return err
+	})
+	if err != nil {
+		fail(err)
 	}
-	elapsed := time.Since(start).Seconds()
-	cpu = processCPU() - cpu
 	fmt.Fprintf(os.Stderr, "grpc-go-bench: last Idle.seconds = %g (%d response bytes)\n", last, len(resp))
-	emit(latency{SamplesNs: samples, ElapsedS: elapsed, CPUS: cpu})
+	emit(out)
 }
 
 // first: warmup + n first polls, each on a new grpc.ClientConn (its own TCP connection and
@@ -281,7 +235,7 @@ func first(addr string, n, warmup int) {
 	var start time.Time
 	for i := 0; i < warmup+n; i++ {
 		if i == warmup {
-			cpu, start = processCPU(), time.Now()
+			cpu, start = harness.ProcessCPU(), time.Now()
 		}
 		t := time.Now()
 		conn := dial(addr)
@@ -297,11 +251,11 @@ func first(addr string, n, warmup int) {
 		kept = append(kept, conn)
 	}
 	elapsed := time.Since(start).Seconds()
-	cpu = processCPU() - cpu
+	cpu = harness.ProcessCPU() - cpu
 	for _, conn := range kept {
 		conn.Close()
 	}
-	emit(latency{SamplesNs: samples, ElapsedS: elapsed, CPUS: cpu})
+	emit(harness.Latency{SamplesNs: samples, ElapsedS: elapsed, CPUS: cpu})
 }
 
 // burst: for each level, bursts of `level` goroutines each making one poll on the one
@@ -318,49 +272,10 @@ func burst(addr string, levels []int, seconds float64) {
 			fail(err)
 		}
 	}
-	budget := time.Duration(seconds * float64(time.Second))
-	rows := []level{}
-	for _, lv := range levels {
-		var ok, failed atomic.Int64
-		var mu sync.Mutex
-		firstError := ""
-		bursts := 0
-		start := time.Now()
-		for bursts == 0 || time.Since(start) < budget {
-			var wg sync.WaitGroup
-			wg.Add(lv)
-			for i := 0; i < lv; i++ {
-				go func() {
-					defer wg.Done()
-					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-					defer cancel()
-					resp := []byte{}
-					if _, err := idle(ctx, conn, &resp); err != nil {
-						failed.Add(1)
-						mu.Lock()
-						if firstError == "" {
-							firstError = err.Error()
-						}
-						mu.Unlock()
-						return
-					}
-					ok.Add(1)
-				}()
-			}
-			wg.Wait()
-			bursts++
-		}
-		rows = append(rows, level{Concurrency: lv, Bursts: bursts, OK: ok.Load(),
-			Failed: failed.Load(), ElapsedS: time.Since(start).Seconds(), FirstError: firstError})
-	}
-	emit(burstsOut{Levels: rows})
-}
-
-// processCPU is this process's user + system CPU time (all threads), in seconds.
-func processCPU() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+	rows := harness.Burst(levels, seconds, func(ctx context.Context) error {
+		resp := []byte{}
+		_, err := idle(ctx, conn, &resp)
+		return err
+	})
+	emit(harness.Bursts{Levels: rows})
 }

@@ -7,10 +7,10 @@ import "C"
 
 import (
 	"context"
+	"errors"
 	"math"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -36,13 +36,13 @@ type Connection struct {
 }
 
 // connHandle is the C handle of a Connection. It is separate from the Connection so that the
-// cleanup can close it without keeping the Connection reachable.
+// cleanup can close it without keeping the Connection reachable. The library owns the handle's
+// lifetime (docs/C-API.md, "Handles"): it may be freed while calls on it run, and a freed
+// handle is refused with StatusInvalidArgument, never read. So the binding keeps only whether
+// it has freed it, to say ErrClosed.
 type connHandle struct {
-	mu       sync.RWMutex       // calls start under RLock; close frees ptr under Lock
-	ptr      *C.wool_connection // nil once freed
-	inFlight atomic.Int64       // calls started on the handle whose completion is not yet collected
-	borrowed int                // blocking fleet calls using ptr now (under mu's Lock)
-	closing  bool               // closed while borrowed: the last return frees ptr (under mu)
+	ptr   *C.wool_connection // an opaque value naming the library's handle, never dereferenced
+	freed atomic.Bool        // set once, by the one close that frees ptr
 }
 
 // Option configures Connect.
@@ -149,16 +149,35 @@ func (c *Connection) Target() string { return c.target }
 //   - context.Canceled (wrapped, not an *Error) when ctx was cancelled.
 //   - ErrClosed when the Connection is closed.
 func (c *Connection) Idle(ctx context.Context) (time.Duration, error) {
-	o, err := c.do(ctx, "idle", startIdle)
+	o, err := c.idle(ctx)
 	if err != nil {
 		return 0, err
 	}
 	return durationFromSeconds(o.seconds), nil
 }
 
-// startIdle starts an idle poll (wool_idle_start).
-func startIdle(conn *C.wool_connection, queue *C.wool_queue, timeout C.double, tag C.uint64_t, id *C.uint64_t) C.wool_status {
-	return C.wool_idle_start(conn, queue, timeout, tag, id)
+// idle is do for an idle poll, started in a batch with the polls other goroutines start at
+// the same time (see batchIdle).
+func (c *Connection) idle(ctx context.Context) (outcome, error) {
+	const op = "idle"
+	if err := ctx.Err(); err != nil {
+		return outcome{}, contextError(op, c.target, err)
+	}
+	timeout, ok := timeoutSeconds(ctx)
+	if !ok {
+		return outcome{}, contextError(op, c.target, context.DeadlineExceeded)
+	}
+	if c.handle.freed.Load() {
+		return outcome{}, opError(op, c.target, ErrClosed)
+	}
+	done := make(chan outcome, 1)
+	started, err := c.batchIdle(timeout, waiter{done: done, on: []*connHandle{c.handle}})
+	if err != nil {
+		return outcome{}, err
+	}
+	o, err := c.await(ctx, op, done, started)
+	runtime.KeepAlive(c) // the handle is not closed by the cleanup while the poll runs
+	return o, err
 }
 
 // Stop retires the worker: it refuses new tasks at once, lets in-flight tasks run for up to
@@ -185,11 +204,10 @@ func (c *Connection) Stop(ctx context.Context, grace time.Duration) error {
 }
 
 // Close releases the Connection's handle (its share of the pooled channel); the worker is not
-// affected. Later calls fail with ErrClosed. Calls in flight are not interrupted: the library
-// keeps what they need, and they complete (or fail, or end with their context) as they would
-// have; a RetireIdle round using the Connection keeps the handle until the round returns, and
-// the handle is released then. Close waits only for calls that are starting at that moment,
-// is idempotent, and always returns nil.
+// affected. Later calls fail with ErrClosed. Calls in flight, an IdleMany sweep or a RetireIdle
+// round among them, are not interrupted: the library keeps what they need, and they complete
+// (or fail, or end with their context) as they would have. Close waits for nothing, is
+// idempotent, and always returns nil.
 func (c *Connection) Close() error {
 	c.handle.close()
 	c.cleanup.Stop() // a no-op when already stopped
@@ -197,56 +215,31 @@ func (c *Connection) Close() error {
 	return nil
 }
 
-// use runs f with the C handle, held against a concurrent close; ErrClosed once closed.
+// use runs f with the C handle; ErrClosed once closed, also when a Close on another goroutine
+// frees the handle before the library looks it up (see closedIfFreed).
 func (h *connHandle) use(f func(*C.wool_connection) error) error {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	if h.ptr == nil || h.closing {
+	if h.freed.Load() {
 		return ErrClosed
 	}
-	return f(h.ptr)
+	return closedIfFreed(f(h.ptr), &h.freed)
 }
 
-// close frees the C handle unless already freed. Idempotent: Close and the cleanup may both
-// run it. Calls started on the handle may still be in flight: the library allows that. While
-// a blocking fleet call (RetireIdle) has the handle borrowed, the free waits for its return.
+// close frees the C handle once. Idempotent: Close and the cleanup may both run it, on any
+// goroutine, while calls on the handle are in flight: the library lets them finish.
 func (h *connHandle) close() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ptr == nil {
-		return
-	}
-	if h.borrowed > 0 {
-		h.closing = true // later calls see ErrClosed; giveBack frees it
-		return
-	}
-	C.wool_free(h.ptr)
-	h.ptr = nil
-}
-
-// borrow returns the C handle for a blocking call that needs it live until it returns (the
-// library reads its handles during the whole of wool_retire_idle), or nil once closed. Every
-// non-nil borrow must be followed by one giveBack.
-func (h *connHandle) borrow() *C.wool_connection {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ptr == nil || h.closing {
-		return nil
-	}
-	h.borrowed++
-	return h.ptr
-}
-
-// giveBack ends a borrow; the last one frees a handle closed meanwhile.
-func (h *connHandle) giveBack() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.borrowed--
-	if h.borrowed == 0 && h.closing {
+	if h.freed.CompareAndSwap(false, true) {
 		C.wool_free(h.ptr)
-		h.ptr = nil
-		h.closing = false
 	}
+}
+
+// closedIfFreed is ErrClosed for the library's refusal of a handle this binding has freed
+// (StatusInvalidArgument while freed is set), and err otherwise.
+func closedIfFreed(err error, freed *atomic.Bool) error {
+	var e *Error
+	if errors.As(err, &e) && e.Status == StatusInvalidArgument && freed.Load() {
+		return ErrClosed
+	}
+	return err
 }
 
 // timeoutSeconds converts ctx's deadline into the library's timeout: the seconds left, or

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -27,8 +27,8 @@ type Credentials struct {
 // credHandle is the C handle of Credentials, separate from them so that the cleanup can free
 // it without keeping the Credentials reachable.
 type credHandle struct {
-	mu  sync.RWMutex // Connect reads ptr under RLock; Close frees it under Lock
-	ptr *C.wool_credentials
+	ptr   *C.wool_credentials // an opaque value naming the library's handle, never dereferenced
+	freed atomic.Bool         // set once, by the one free that frees ptr
 }
 
 // CredentialsFromPEM makes credentials from PEM text (the argument order is Wool's: CA, key,
@@ -134,25 +134,21 @@ func (c *Credentials) Close() error {
 	return nil
 }
 
-// free frees the C handle unless already freed (Close and the cleanup may both run it).
+// free frees the C handle once (Close and the cleanup may both run it, on any goroutine,
+// while a Connect uses it: the library settles the race).
 func (h *credHandle) free() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ptr != nil {
+	if h.freed.CompareAndSwap(false, true) {
 		C.wool_credentials_free(h.ptr)
-		h.ptr = nil
 	}
 }
 
-// use runs f with the C pointer while holding it against a concurrent Close; ErrClosed when
-// the credentials are closed.
+// use runs f with the C handle; ErrClosed when the credentials are closed, also when a Close
+// on another goroutine frees them before the library looks them up.
 func (c *Credentials) use(f func(*C.wool_credentials) error) error {
-	c.handle.mu.RLock()
-	defer c.handle.mu.RUnlock()
-	if c.handle.ptr == nil {
+	if c.handle.freed.Load() {
 		return ErrClosed
 	}
-	err := f(c.handle.ptr)
+	err := closedIfFreed(f(c.handle.ptr), &c.handle.freed)
 	runtime.KeepAlive(c)
 	return err
 }

@@ -103,11 +103,24 @@
 // releases it. A cleanup (runtime.AddCleanup) releases a forgotten handle as a safety net,
 // but only when the garbage collector gets to it, which may be never for a small program: a
 // handle holds a share of a pooled HTTP/2 channel (a socket and buffers the collector cannot
-// see), so call Close. Closing a Connection with calls in flight is allowed: they complete
-// as they would have.
+// see), so call Close. Closing a Connection with calls in flight is allowed, from any goroutine:
+// they complete as they would have, and later calls fail with ErrClosed. The library owns the
+// handles' lifetimes (docs/C-API.md, "Handles": a freed handle is refused, never read), so the
+// binding keeps no lock or count around them, only whether it has closed each.
+//
+// The library keeps a failure's message and gRPC code per OS thread (wool_last_error, like
+// errno), so the one helper that makes a C call and reads its failure (call, in errors.go) pins
+// the goroutine to its thread for those two cgo calls; nothing else does. The started calls
+// need no pinning at all: their failures come back in their completions, message and code
+// included. A blocking call returning its message through an out-parameter would make that pin
+// unnecessary too; the C ABI has no such variant today, and it would be one new function per
+// fallible call.
 //
 // Idle and Stop do not block an OS thread while they wait. Each starts its call on the
-// library's completion queue (wool_idle_start, wool_stop_start) and waits on a channel; one
+// library's completion queue (wool_idle_start_batch, wool_stop_start) and waits on a channel.
+// Idle polls that goroutines start at the same time share one cgo crossing: a goroutine that
+// finds no crossing under way starts the polls queued meanwhile, all in one
+// wool_idle_start_batch, and a lone poll crosses at once (no waiting for a batch to fill). One
 // dispatcher goroutine per process collects every completion (it waits in the library's
 // wool_queue_next, so the process has one OS thread parked there, made with the first call)
 // and hands each to its caller. So any number of goroutines may poll at once, 10,000 on one

@@ -49,14 +49,22 @@ type outcome struct {
 // waiter is where a started call's completion goes.
 type waiter struct {
 	done chan<- outcome // buffered: always has room for this completion
+	on   []*connHandle  // the handles the call runs on (read only by the tests' CallsInFlight)
 }
 
-// completions is the process-wide queue and its waiters.
+// completions is the process-wide queue, its waiters, and the idle polls waiting to be
+// started in the next batch (see batchIdle).
 var completions struct {
 	mu      sync.Mutex
 	queue   *C.wool_queue // nil until the first call makes it
 	waiters map[uint64]waiter
 	lastTag uint64
+
+	pending []*idleStart // idle polls not yet taken by a crossing, in arrival order
+	spare   []*idleStart // the previous crossing's slice, reused for the next pending list
+	leading bool         // whether a goroutine is starting batches (see batchIdle)
+
+	crossings, batched uint64 // wool_idle_start_batch calls made, and the polls they carried
 }
 
 // register returns the queue (making it and its dispatcher on first use) and a fresh tag
@@ -66,6 +74,11 @@ var completions struct {
 func register(op, target string, w waiter) (*C.wool_queue, uint64, error) {
 	completions.mu.Lock()
 	defer completions.mu.Unlock()
+	return registerLocked(op, target, w)
+}
+
+// registerLocked is register with completions.mu held.
+func registerLocked(op, target string, w waiter) (*C.wool_queue, uint64, error) {
 	if completions.queue == nil {
 		var queue *C.wool_queue
 		if err := call(op, target, func() C.wool_status { return C.wool_queue_new(&queue) }); err != nil {
@@ -172,11 +185,9 @@ func (s startedCall) cancel() {
 }
 
 // start registers w and starts one call on the Connection's handle with timeout; the call's
-// completion will be sent to w. The handle is held against a concurrent Close (and the
-// cleanup) only while the call starts: the library lets a handle be freed while calls started
-// on it are in flight. On success the call counts as in flight on c (handle.inFlight) until
-// its waiter has received the completion and takes it off. When ctx ends while the call waits
-// for a slot to start in, it is not started and the context's error is returned.
+// completion will be sent to w. A Close racing with the start is the library's to settle: the
+// call starts (and runs to its end) or is refused as ErrClosed. When ctx ends while the call
+// waits for a slot to start in, it is not started and the context's error is returned.
 func (c *Connection) start(ctx context.Context, op string, timeout C.double, w waiter, begin startFunc) (startedCall, error) {
 	select {
 	case inLibrary <- struct{}{}:
@@ -197,7 +208,6 @@ func (c *Connection) start(ctx context.Context, op string, timeout C.double, w w
 		unregister(tag)
 		return startedCall{}, wrapClosed(op, c.target, err)
 	}
-	c.handle.inFlight.Add(1)
 	return startedCall{queue: queue, id: id}, nil
 }
 
@@ -213,10 +223,17 @@ func (c *Connection) do(ctx context.Context, op string, begin startFunc) (outcom
 		return outcome{}, contextError(op, c.target, context.DeadlineExceeded)
 	}
 	done := make(chan outcome, 1)
-	started, err := c.start(ctx, op, timeout, waiter{done: done}, begin)
+	started, err := c.start(ctx, op, timeout, waiter{done: done, on: []*connHandle{c.handle}}, begin)
 	if err != nil {
 		return outcome{}, err
 	}
+	return c.await(ctx, op, done, started)
+}
+
+// await waits for a started call's completion on done, cancelling the call when ctx ends
+// first (and then waiting for the cancellation's completion, which is immediate), and returns
+// the completion with its error.
+func (c *Connection) await(ctx context.Context, op string, done <-chan outcome, started interface{ cancel() }) (outcome, error) {
 	var o outcome
 	select {
 	case o = <-done:
@@ -224,19 +241,21 @@ func (c *Connection) do(ctx context.Context, op string, begin startFunc) (outcom
 		started.cancel()
 		o = <-done // the cancellation, or the real answer if it came first
 	}
-	c.handle.inFlight.Add(-1)
 	return o, c.result(ctx, op, o)
 }
 
 // result is the error of a completion: nil on success; the context's error for a call
-// cancelled because its context ended; otherwise the library's failure as an *Error, linked
-// to the context's deadline when that is what ended it.
+// cancelled because its context ended; ErrClosed for the library's refusal of a handle closed
+// before it was looked up (a sweep's slot); otherwise the library's failure as an *Error,
+// linked to the context's deadline when that is what ended it.
 func (c *Connection) result(ctx context.Context, op string, o outcome) error {
 	switch {
 	case o.status == StatusOK:
 		return nil
 	case o.status == StatusCancelled && ctx.Err() != nil:
 		return contextError(op, c.target, ctx.Err())
+	case o.status == StatusInvalidArgument && c.handle != nil && c.handle.freed.Load():
+		return opError(op, c.target, ErrClosed)
 	}
 	err := &Error{Op: op, Target: c.target, Status: o.status, Code: o.code, Message: o.message}
 	if err.Status == StatusTransient && err.Code == codeDeadlineExceeded {
@@ -249,4 +268,164 @@ func (c *Connection) result(ctx context.Context, op string, o outcome) error {
 		}
 	}
 	return err
+}
+
+// Idle polls start in batches: goroutines that start polls while a batch is being started
+// queue theirs, and the next crossing into the library starts all of them at once
+// (wool_idle_start_batch), so a burst of N goroutines pays a handful of cgo crossings, lookups
+// of the handle table and locks of the library's queue instead of N of each. The goroutine that
+// finds no crossing in progress becomes the leader: it starts what is pending, again and again
+// while more arrives during its crossing, and leaves once nothing is pending. Nothing waits
+// for a batch to fill: a lone poll crosses at once, as it did one call at a time. A poll's
+// goroutine does not wait for its start: the library completes every entry of a batch into
+// the queue, a refused one at once with its error, so every poll's outcome arrives as a
+// completion on its channel.
+
+// batchMost is the most polls one crossing starts (the library's WOOL_IDLE_START_BATCH_MAX
+// bounds it; a crossing of more would be refused whole).
+const batchMost = 256
+
+// startState is where an idle poll is on its way to the library; guarded by completions.mu.
+type startState int
+
+const (
+	startPending   startState = iota // in completions.pending
+	startCrossing                    // taken by the leader's crossing under way
+	startCancelled                   // its context ended during the crossing: cancel it after
+	startWithdrawn                   // its context ended while pending: never started
+	startStarted                     // started (or refused) by the library: id is its call
+)
+
+// idleStart is one idle poll on its way through a batch.
+type idleStart struct {
+	conn    *C.wool_connection
+	timeout C.double
+	tag     uint64
+	state   startState
+	id      C.uint64_t
+}
+
+// batchBuffers are the leader's arrays in C memory (the library reads and writes them during
+// the crossing), made on first use and kept: only the leader uses them, one at a time.
+var batchBuffers struct {
+	entries  *[batchMost]C.wool_idle_start_entry
+	calls    *[batchMost]C.uint64_t
+	statuses *[batchMost]C.wool_status
+}
+
+// batchIdle registers w and queues an idle poll on c with timeout for the next batch; the
+// poll's completion will be sent to w. The goroutine that finds no crossing in progress starts
+// the batches itself before returning. The error is register's.
+func (c *Connection) batchIdle(timeout C.double, w waiter) (*idleStart, error) {
+	completions.mu.Lock()
+	queue, tag, err := registerLocked("idle", c.target, w)
+	if err != nil {
+		completions.mu.Unlock()
+		return nil, err
+	}
+	s := &idleStart{conn: c.handle.ptr, timeout: timeout, tag: tag}
+	completions.pending = append(completions.pending, s)
+	if completions.leading {
+		completions.mu.Unlock()
+		return s, nil
+	}
+	completions.leading = true
+	lead(queue) // unlocks
+	return s, nil
+}
+
+// lead starts batches of the pending polls until none is left, then gives up the lead. Called
+// with completions.mu held and completions.leading set; returns with the lock released.
+func lead(queue *C.wool_queue) {
+	for len(completions.pending) > 0 {
+		batch := completions.pending
+		completions.pending = completions.spare[:0]
+		live := batch[:0] // the polls to start: the batch less the withdrawn ones, in place
+		for _, s := range batch {
+			if s.state == startPending {
+				s.state = startCrossing
+				live = append(live, s)
+			}
+		}
+		completions.mu.Unlock()
+		var cancels []C.uint64_t
+		for first := 0; first < len(live); first += batchMost {
+			part := live[first:min(first+batchMost, len(live))]
+			failed := cross(queue, part)
+			completions.mu.Lock()
+			completions.crossings++
+			completions.batched += uint64(len(part))
+			for _, s := range part {
+				if failed != nil {
+					// The whole crossing was refused (a library bug: its arguments are good).
+					if w, ok := completions.waiters[s.tag]; ok {
+						delete(completions.waiters, s.tag)
+						w.done <- *failed
+					}
+				} else if s.state == startCancelled {
+					cancels = append(cancels, s.id)
+				}
+				s.state = startStarted
+			}
+			completions.mu.Unlock()
+		}
+		for _, id := range cancels {
+			startedCall{queue: queue, id: id}.cancel()
+		}
+		clear(batch[:cap(batch)]) // drop the references to finished starts
+		completions.mu.Lock()
+		completions.spare = batch[:0]
+	}
+	completions.leading = false
+	completions.mu.Unlock()
+}
+
+// cross starts part (at most batchMost polls) in one wool_idle_start_batch and writes each
+// poll's call id; nil, or the completion to deliver to every poll of part when the library
+// refused the whole batch.
+func cross(queue *C.wool_queue, part []*idleStart) *outcome {
+	if batchBuffers.entries == nil {
+		batchBuffers.entries = (*[batchMost]C.wool_idle_start_entry)(C.calloc(batchMost, C.sizeof_wool_idle_start_entry))
+		batchBuffers.calls = (*[batchMost]C.uint64_t)(C.calloc(batchMost, C.sizeof_uint64_t))
+		batchBuffers.statuses = (*[batchMost]C.wool_status)(C.calloc(batchMost, C.sizeof_wool_status))
+	}
+	entries, calls := batchBuffers.entries, batchBuffers.calls
+	for i, s := range part {
+		entries[i] = C.wool_idle_start_entry{conn: s.conn, timeout_seconds: s.timeout, tag: C.uint64_t(s.tag)}
+	}
+	err := call("idle", "", func() C.wool_status {
+		return C.wool_idle_start_batch(queue, &entries[0], C.size_t(len(part)), &calls[0], &batchBuffers.statuses[0])
+	})
+	if err != nil {
+		e := err.(*Error)
+		return &outcome{status: e.Status, code: e.Code, message: "starting idle polls: " + e.Message}
+	}
+	for i, s := range part {
+		s.id = calls[i]
+	}
+	return nil
+}
+
+// cancel cancels the poll: one still pending is withdrawn (its waiter gets
+// StatusCancelled at once), one in a crossing is cancelled by the leader once the crossing
+// returns, a started one here. Either way its completion reaches its waiter without delay.
+func (s *idleStart) cancel() {
+	completions.mu.Lock()
+	queue := completions.queue
+	switch s.state {
+	case startPending:
+		s.state = startWithdrawn
+		if w, ok := completions.waiters[s.tag]; ok {
+			delete(completions.waiters, s.tag)
+			w.done <- outcome{status: StatusCancelled, code: codeNone, message: "cancelled before it started"}
+		}
+	case startCrossing:
+		s.state = startCancelled
+	case startStarted:
+		id := s.id
+		completions.mu.Unlock()
+		startedCall{queue: queue, id: id}.cancel()
+		return
+	}
+	completions.mu.Unlock()
 }

@@ -430,3 +430,157 @@ func TestStatusCancelledMatchesContextCanceled(t *testing.T) {
 		}
 	}
 }
+
+// Given 32 goroutines polling one Connection in a loop, when another goroutine closes it (and
+// then closes it again), then every poll ends with its answer or ErrClosed, each goroutine's
+// first call after the close is ErrClosed, nothing crashes or hangs, and -race sees no race:
+// the library owns the handle's lifetime, the binding keeps only whether it closed it.
+func TestClosingWhilePollingFromManyGoroutines(t *testing.T) {
+	t.Parallel()
+	worker := workertest.StartWorker(t)
+	conn := connect(t, worker.Address)
+	const pollers = 32
+	var started sync.WaitGroup
+	started.Add(pollers)
+	var answered atomic.Int64
+	errs := make(chan error, pollers)
+	for range pollers {
+		go func() {
+			first := true
+			for {
+				_, err := idle(conn)
+				if first {
+					started.Done()
+					first = false
+				}
+				switch {
+				case err == nil:
+					answered.Add(1)
+				case errors.Is(err, wool.ErrClosed):
+					errs <- nil
+					return
+				default:
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	started.Wait()
+	conn.Close()
+	conn.Close()
+	for range pollers {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Errorf("a poll ended with %v, want its answer or ErrClosed", err)
+			}
+		case <-time.After(2 * callTimeout):
+			t.Fatal("a goroutine polling the closed Connection never saw ErrClosed")
+		}
+	}
+	if !wool.Freed(conn) {
+		t.Error("Close did not free the handle")
+	}
+	if n := wool.CallsInFlight(conn); n != 0 {
+		t.Errorf("calls in flight after every poller returned: %d", n)
+	}
+	t.Logf("%d polls answered before the close", answered.Load())
+}
+
+// Given 512 goroutines released at once to poll one live worker, then every poll succeeds and
+// the polls were started in fewer crossings into the library than there were polls (the
+// goroutines arriving during a crossing are started together by the next one).
+func TestPollsStartedTogetherShareCrossings(t *testing.T) {
+	worker := workertest.StartWorker(t)
+	conn := connect(t, worker.Address)
+	mustIdle(t, conn)
+	const pollers = 512
+	crossingsBefore, polledBefore := wool.Crossings()
+
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range pollers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-release
+			if _, err := idle(conn); err != nil {
+				if failed.Add(1) == 1 {
+					t.Errorf("a poll of the burst failed: %v", err)
+				}
+			}
+		}()
+	}
+	close(release)
+	wg.Wait()
+
+	crossings, polled := wool.Crossings()
+	crossings, polled = crossings-crossingsBefore, polled-polledBefore
+	if polled < pollers {
+		t.Errorf("the crossings carried %d polls, want at least the %d of the burst", polled, pollers)
+	}
+	if crossings >= polled {
+		t.Errorf("%d polls took %d crossings: none was shared", polled, crossings)
+	}
+	if n := wool.PendingCalls(); n != 0 {
+		t.Errorf("completions the dispatcher still awaits: %d, want 0", n)
+	}
+	t.Logf("%d polls in %d crossings", polled, crossings)
+}
+
+// Given polls started together toward a live worker and a frozen one, when the contexts of the
+// frozen worker's polls are cancelled while their batches are being gathered, crossed or are
+// in flight (0 to 4 ms after the start), then each of those returns context.Canceled, every
+// poll of the live worker in the same batches succeeds, and nothing is left in flight.
+func TestCancellingOnePollOfABatchCancelsOnlyIt(t *testing.T) {
+	_, frozen := frozenWorker(t)
+	worker := workertest.StartWorker(t)
+	live := connect(t, worker.Address)
+	mustIdle(t, live)
+	const pollers = 600
+
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	var cancelled, answered atomic.Int64
+	for i := range pollers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-release
+			if i%2 == 1 {
+				if _, err := idle(live); err != nil {
+					t.Errorf("a live worker's poll beside cancelled ones failed: %v", err)
+					return
+				}
+				answered.Add(1)
+				return
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			time.AfterFunc(time.Duration(i%5)*time.Millisecond, cancel)
+			_, err := frozen.Idle(ctx)
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("want context.Canceled for a cancelled poll, got %v", err)
+				return
+			}
+			cancelled.Add(1)
+		}()
+	}
+	close(release)
+	wg.Wait()
+
+	if got := answered.Load(); got != pollers/2 {
+		t.Errorf("%d live polls answered, want %d", got, pollers/2)
+	}
+	if got := cancelled.Load(); got != pollers/2 {
+		t.Errorf("%d polls cancelled, want %d", got, pollers/2)
+	}
+	if n := wool.CallsInFlight(frozen); n != 0 {
+		t.Errorf("calls in flight on the frozen worker after every cancelled poll returned: %d", n)
+	}
+	if n := wool.PendingCalls(); n != 0 {
+		t.Errorf("completions the dispatcher still awaits: %d, want 0", n)
+	}
+}

@@ -147,12 +147,12 @@ func slotError(op, target string, status C.wool_status, code C.int32_t, message 
 // decision per Connection, in conns' order. Every decision is the library's; this function
 // only converts.
 //
-// pollTimeout must be positive (the library refuses 0 and negative), and maxInFlight at least 1
-// (as C's wool_retire_idle and Python's retire_idle). A nil Connection is kept with ReasonPollFailed and an
-// IdleErr matching ErrInvalidArgument; a closed one is kept with ReasonPollFailed and ErrClosed.
-// The Connections stay usable during the round; one closed meanwhile is released when the
-// round returns. Blocks the calling goroutine and its OS thread until every stop has answered
-// (after its worker's drain).
+// pollTimeout must be positive and maxInFlight at least 1 (the library refuses less). A nil
+// Connection is kept with ReasonPollFailed and an IdleErr matching ErrInvalidArgument; one
+// closed before the round starts is kept with ReasonPollFailed and ErrClosed. The Connections
+// stay usable during the round; one closed meanwhile is polled and stopped all the same (the
+// library keeps what it needs). Blocks the calling goroutine and its OS thread until every
+// stop has answered (after its worker's drain).
 //
 // Errors (nothing is polled or stopped then): an *Error (Op "retire") matching
 // ErrInvalidArgument for a refused policy field (its message names it), a bad pollTimeout or a
@@ -163,9 +163,8 @@ func RetireIdle(conns []*Connection, policy RetirePolicy, pollTimeout time.Durat
 	if err != nil {
 		return nil, err
 	}
-	if maxInFlight <= 0 {
-		return nil, invalidArgument("retire", "", "maxInFlight must be at least 1")
-	}
+	// Below 0, which size_t cannot hold, goes as 0, which the library refuses.
+	maxInFlight = max(maxInFlight, 0)
 	if maxInFlight > len(conns) {
 		maxInFlight = max(len(conns), 1)
 	}
@@ -181,16 +180,10 @@ func RetireIdle(conns []*Connection, policy RetirePolicy, pollTimeout time.Durat
 		defer C.free(unsafe.Pointer(out))
 	}
 	slots := unsafe.Slice(handles, count)
-	closed := make([]bool, count)
 	for i, conn := range conns {
-		if conn == nil {
-			continue // NULL: the library keeps it with an invalid-argument poll
+		if conn != nil { // nil stays NULL: the library keeps it with an invalid-argument poll
+			slots[i] = conn.handle.ptr
 		}
-		if slots[i] = conn.handle.borrow(); slots[i] == nil {
-			closed[i] = true
-			continue
-		}
-		defer conn.handle.giveBack()
 	}
 	err = call("retire", "", func() C.wool_status {
 		return C.wool_retire_idle(handles, C.size_t(count), &cPolicy, C.double(pollTimeout.Seconds()), C.size_t(maxInFlight), out)
@@ -216,7 +209,7 @@ func RetireIdle(conns []*Connection, policy RetirePolicy, pollTimeout time.Durat
 		switch {
 		case conns[i] == nil:
 			decision.IdleErr = invalidArgument("idle", "", "a nil *Connection")
-		case closed[i]:
+		case closedIfFreed(decision.IdleErr, &conns[i].handle.freed) == ErrClosed:
 			decision.IdleErr = opError("idle", target, ErrClosed)
 		case decision.IdleErr == nil:
 			decision.Idle = durationFromSeconds(float64(d.idle_seconds))

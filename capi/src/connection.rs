@@ -4,18 +4,23 @@ use std::ffi::c_char;
 use std::sync::Arc;
 
 use super::credentials::wool_credentials;
+use super::handles::{self, Handle};
 use super::{
-    ffi_panic_boundary, free_boxed, runtime, set_boxed, try_grace, try_mut, try_ref, try_str,
-    try_timeout, wool_status,
+    ffi_panic_boundary, free_handle, runtime, try_grace, try_mut, try_str, try_timeout, wool_status,
 };
 use libwool::connection::{ChannelOptions, Error, WorkerConnection};
 
 /// A lazy handle to one worker, like Wool's WorkerConnection. Opaque; made by wool_connect,
-/// released by wool_free. One handle may be used by many threads at once.
+/// released by wool_free. One handle may be used by many threads at once, and freed while they
+/// are in calls on it (see docs/C-API.md, "Handles").
 #[allow(non_camel_case_types)]
 pub struct wool_connection {
     /// Shared with the calls in flight on the library's runtime.
     inner: Arc<WorkerConnection>,
+}
+
+impl Handle for wool_connection {
+    const NAME: &'static str = "connection";
 }
 
 impl wool_connection {
@@ -47,8 +52,8 @@ impl wool_connection {
 /// UTF-8 or not a valid target (empty, no port, port out of range, unknown scheme).
 ///
 /// # Safety
-/// `target` must be NULL or NUL-terminated; `credentials` NULL or a live wool_credentials;
-/// `out` NULL or writable.
+/// `target` must be NULL or NUL-terminated; `out` NULL or writable. `credentials` is NULL or a
+/// wool_credentials handle (a freed one is refused).
 #[no_mangle]
 pub unsafe extern "C" fn wool_connect(
     target: *const c_char,
@@ -73,11 +78,10 @@ pub(crate) unsafe fn connect(
 ) -> Result<(), Error> {
     // SAFETY (all three): the caller's contract.
     let target = unsafe { try_str(target, "target") }?;
-    let credentials = unsafe { credentials.as_ref() }.map(|c| c.inner.clone());
+    let credentials = wool_credentials::copy_of(credentials)?;
     let out = unsafe { try_mut(out, "out") }?;
     let inner = WorkerConnection::with_options(target, credentials, options.unwrap_or_default())?;
-    set_boxed(out, wool_connection::new(inner));
-    Ok(())
+    handles::set_handle(out, wool_connection::new(inner))
 }
 
 /// Asks the worker how many seconds it has been continuously idle (exactly 0.0 while any task
@@ -91,8 +95,11 @@ pub(crate) unsafe fn connect(
 /// WOOL_STATUS_TRANSIENT (unreachable, shutting down, or the deadline passed),
 /// WOOL_STATUS_HANDSHAKE (TLS failure) or WOOL_STATUS_RPC_ERROR (any other gRPC failure).
 ///
+/// A freed `conn`, or a handle of another type, is refused (WOOL_STATUS_INVALID_ARGUMENT);
+/// freeing `conn` while this call runs lets it finish.
+///
 /// # Safety
-/// `conn` must be NULL or a live handle from wool_connect; `out_seconds` NULL or writable.
+/// `out_seconds` must be NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn wool_idle(
     conn: *const wool_connection,
@@ -100,8 +107,8 @@ pub unsafe extern "C" fn wool_idle(
     out_seconds: *mut f64,
 ) -> wool_status {
     ffi_panic_boundary!("wool_idle", {
-        // SAFETY (both): the caller's contract above.
-        let conn = Arc::clone(&unsafe { try_ref(conn, "conn") }?.inner);
+        let conn = handles::get(conn, "conn")?.shared();
+        // SAFETY: the caller's contract above.
         let out = unsafe { try_mut(out_seconds, "out_seconds") }?;
         let timeout = try_timeout(timeout_seconds)?;
         *out = runtime::block_on_call(async move { conn.idle(timeout).await })??;
@@ -119,7 +126,7 @@ pub unsafe extern "C" fn wool_idle(
 /// Returns as wool_idle, except that a worker without the stop RPC gives WOOL_STATUS_RPC_ERROR.
 ///
 /// # Safety
-/// `conn` must be NULL or a live handle from wool_connect.
+/// None beyond the handle rules (docs/C-API.md, "Handles").
 #[no_mangle]
 pub unsafe extern "C" fn wool_stop(
     conn: *const wool_connection,
@@ -127,8 +134,7 @@ pub unsafe extern "C" fn wool_stop(
     timeout_seconds: f64,
 ) -> wool_status {
     ffi_panic_boundary!("wool_stop", {
-        // SAFETY: the caller's contract above.
-        let conn = Arc::clone(&unsafe { try_ref(conn, "conn") }?.inner);
+        let conn = handles::get(conn, "conn")?.shared();
         let grace = try_grace(grace_seconds)?;
         let timeout = try_timeout(timeout_seconds)?;
         runtime::block_on_call(async move { conn.stop(grace, timeout).await })??;
@@ -136,18 +142,20 @@ pub unsafe extern "C" fn wool_stop(
     })
 }
 
-/// Releases the handle (its share of the pooled channel). NULL is a no-op. Call it once, after
-/// every other call on the handle has returned.
+/// Releases the handle (its share of the pooled channel). NULL is a no-op. Any thread may free
+/// it at any time: calls running on it on other threads finish normally, and the connection
+/// goes away after the last of them. Afterwards the handle is refused by every call
+/// (WOOL_STATUS_INVALID_ARGUMENT, "connection handle already freed"); a second wool_free does
+/// nothing but set the thread's last error, as does a handle of another type.
 ///
 /// # Safety
-/// `conn` must be NULL or a handle from wool_connect not yet freed; it is invalid afterwards.
+/// None beyond the handle rules (docs/C-API.md, "Handles"): `conn` is looked up, never read.
 #[no_mangle]
 pub unsafe extern "C" fn wool_free(conn: *mut wool_connection) {
     ffi_panic_boundary!("wool_free", {
         // Inside the runtime's context the pool can schedule the eviction of a channel nobody
         // uses any more; without a runtime (no call was ever made) there is nothing to evict.
         let _context = runtime::existing_runtime().map(|runtime| runtime.enter());
-        // SAFETY: the caller's contract above.
-        unsafe { free_boxed(conn) }
+        free_handle("wool_free", conn, "conn");
     })
 }

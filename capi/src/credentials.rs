@@ -5,10 +5,9 @@
 use std::ffi::c_char;
 use std::path::Path;
 
-use super::{
-    ffi_panic_boundary, free_boxed, set_boxed, try_mut, try_optional_str, try_str, wool_status,
-};
-use libwool::connection::WorkerCredentials;
+use super::handles::{self, Handle};
+use super::{ffi_panic_boundary, free_handle, try_mut, try_optional_str, try_str, wool_status};
+use libwool::connection::{Error, WorkerCredentials};
 
 /// TLS credentials for reaching TLS workers: the CA the worker's certificate must chain to and,
 /// for mutual TLS, the client's certificate and key. Opaque; made by
@@ -17,6 +16,20 @@ use libwool::connection::WorkerCredentials;
 #[allow(non_camel_case_types)]
 pub struct wool_credentials {
     pub(crate) inner: WorkerCredentials,
+}
+
+impl Handle for wool_credentials {
+    const NAME: &'static str = "credentials";
+}
+
+impl wool_credentials {
+    /// The credentials behind the optional handle `credentials` (NULL: none), copied (a copy
+    /// shares reloadable material).
+    ///
+    /// Errors: InvalidArgument for a freed handle or one of another type.
+    pub(crate) fn copy_of(credentials: *const Self) -> Result<Option<WorkerCredentials>, Error> {
+        Ok(handles::get_optional(credentials, "credentials")?.map(|c| c.inner.clone()))
+    }
 }
 
 /// The C texts both constructors take: the CA, for mutual TLS the key and certificate (ignored,
@@ -123,8 +136,7 @@ pub unsafe extern "C" fn wool_credentials_from_pem(
             mutual,
             texts.identity,
         )?;
-        set_boxed(out, wool_credentials { inner });
-        Ok(())
+        handles::set_handle(out, wool_credentials { inner })
     })
 }
 
@@ -233,8 +245,7 @@ unsafe fn credentials_from_files(
             mutual,
             texts.identity,
         )?;
-        set_boxed(out, wool_credentials { inner });
-        Ok(())
+        handles::set_handle(out, wool_credentials { inner })
     })
 }
 
@@ -255,7 +266,7 @@ const MAX_PEER_NAMES: usize = 4096;
 /// refused).
 ///
 /// # Safety
-/// `credentials` must be NULL or live; `peers` NULL or an array of `count` pointers, each NULL
+/// `credentials` is a handle (a freed one is refused); `peers` NULL or an array of `count` pointers, each NULL
 /// or NUL-terminated; `out` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn wool_credentials_with_peers(
@@ -266,7 +277,7 @@ pub unsafe extern "C" fn wool_credentials_with_peers(
 ) -> wool_status {
     ffi_panic_boundary!("wool_credentials_with_peers", {
         // SAFETY (all): the caller's contract above.
-        let credentials = unsafe { super::try_ref(credentials, "credentials") }?;
+        let credentials = handles::get(credentials, "credentials")?;
         let out = unsafe { try_mut(out, "out") }?;
         if peers.is_null() {
             return Err(libwool::connection::Error::invalid_argument(
@@ -285,25 +296,23 @@ pub unsafe extern "C" fn wool_credentials_with_peers(
             .map(|(i, &name)| unsafe { try_str(name, &format!("peers[{i}]")) })
             .collect::<Result<Vec<&str>, _>>()?;
         let policy = libwool::connection::Peers::names(names)?;
-        set_boxed(
+        handles::set_handle(
             out,
             wool_credentials {
                 inner: credentials.inner.with_peers(policy),
             },
-        );
-        Ok(())
+        )
     })
 }
 
-/// Releases credentials. NULL is a no-op. Connections made with them keep their own copy.
+/// Releases credentials. NULL is a no-op; a second free (or a handle of another type) does
+/// nothing but set the thread's last error. Connections made with them keep their own copy.
 ///
 /// # Safety
-/// `credentials` must be NULL or from wool_credentials_from_* and not yet freed; it is invalid
-/// afterwards.
+/// None beyond the handle rules (docs/C-API.md, "Handles").
 #[no_mangle]
 pub unsafe extern "C" fn wool_credentials_free(credentials: *mut wool_credentials) {
     ffi_panic_boundary!("wool_credentials_free", {
-        // SAFETY: the caller's contract above.
-        unsafe { free_boxed(credentials) }
+        free_handle("wool_credentials_free", credentials, "credentials");
     })
 }

@@ -4,13 +4,15 @@
 //! (a listing by DNS name).
 
 use std::ffi::{c_char, c_int, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use super::connection::wool_connection;
 use super::credentials::wool_credentials;
+use super::handles::{self, Handle};
 use super::options::wool_channel_options;
-use super::{ffi_panic_boundary, free_boxed, set_boxed, try_mut, try_ref, try_str, wool_status};
+use super::{ffi_panic_boundary, free_handle, runtime, try_mut, try_ref, try_str, wool_status};
 use libwool::connection::WorkerCredentials;
 use libwool::connection::{Error, WorkerConnection};
 use libwool::fleet::discovery::{
@@ -92,6 +94,8 @@ struct OwnedWorker {
 // SAFETY: the raw pointers point into `_strings`, owned by the same value and never shared
 // mutably; moving the value does not move the strings' heap buffers.
 unsafe impl Send for OwnedWorker {}
+// SAFETY: nothing changes an `OwnedWorker` after it is made; threads sharing one only read it.
+unsafe impl Sync for OwnedWorker {}
 
 impl OwnedWorker {
     /// The C view of `worker` with the gate's verdict for `credentials`.
@@ -148,6 +152,10 @@ pub struct wool_worker_list {
     workers: Vec<OwnedWorker>,
 }
 
+impl Handle for wool_worker_list {
+    const NAME: &'static str = "worker list";
+}
+
 /// A running watch over a pool, from wool_watch_new. Opaque; release with wool_watch_free.
 #[allow(non_camel_case_types)]
 pub struct wool_watch {
@@ -156,6 +164,51 @@ pub struct wool_watch {
     credentials: Option<WorkerCredentials>,
     /// The worker of the last event handed out, kept alive until the next call.
     last: Mutex<Option<OwnedWorker>>,
+    /// Set by wool_watch_free; `wake` then ends the waits of wool_watch_next calls running.
+    freed: AtomicBool,
+    wake: tokio::sync::Notify,
+}
+
+impl Handle for wool_watch {
+    const NAME: &'static str = "watch";
+
+    fn freed(&self) {
+        self.freed.store(true, Ordering::SeqCst);
+        self.wake.notify_waiters();
+    }
+}
+
+impl wool_watch {
+    /// The next event within `timeout` (`None`: no limit), or `None` when nothing happened in
+    /// that time or the watch was freed meanwhile (which ends the wait at once).
+    ///
+    /// Errors: as `Watch::next_timeout`; the runtime's start failure.
+    fn next_event(&self, timeout: Option<Duration>) -> Result<Option<DiscoveryEvent>, Error> {
+        if timeout == Some(Duration::ZERO) {
+            return self.watch.next_timeout(timeout);
+        }
+        runtime::block_on(async {
+            let freed = self.wake.notified();
+            let mut freed = std::pin::pin!(freed);
+            freed.as_mut().enable();
+            if self.freed.load(Ordering::SeqCst) {
+                return Ok(None);
+            }
+            let next = std::pin::pin!(self.watch.next());
+            let either = async {
+                match futures_util::future::select(next, freed).await {
+                    futures_util::future::Either::Left((event, _)) => event.map(Some),
+                    futures_util::future::Either::Right(((), _)) => Ok(None),
+                }
+            };
+            match timeout {
+                None => either.await,
+                Some(limit) => tokio::time::timeout(limit, either)
+                    .await
+                    .unwrap_or(Ok(None)),
+            }
+        })?
+    }
 }
 
 /// The backend `backend` names for `namespace`; `listen` is the LAN listing window.
@@ -220,7 +273,7 @@ pub unsafe extern "C" fn wool_discover(
 /// Returns as wool_discover.
 ///
 /// # Safety
-/// As wool_discover; `credentials` NULL or live.
+/// As wool_discover; `credentials` NULL or a handle.
 #[no_mangle]
 pub unsafe extern "C" fn wool_discover_admitted(
     namespace_: *const c_char,
@@ -231,9 +284,17 @@ pub unsafe extern "C" fn wool_discover_admitted(
 ) -> wool_status {
     ffi_panic_boundary!("wool_discover_admitted", {
         // SAFETY: the caller's contract above.
-        let credentials = unsafe { credentials.as_ref() }.map(|c| &c.inner);
+        let credentials = wool_credentials::copy_of(credentials)?;
         // SAFETY: the caller's contract above.
-        unsafe { discover(namespace_, backend, listen_seconds, credentials, out) }
+        unsafe {
+            discover(
+                namespace_,
+                backend,
+                listen_seconds,
+                credentials.as_ref(),
+                out,
+            )
+        }
     })
 }
 
@@ -255,8 +316,7 @@ unsafe fn discover(
         let out = unsafe { try_mut(out, "out") }?;
         let listen = seconds_or_default(listen_seconds, "listen_seconds")?;
         let workers = discovery(namespace, backend, listen)?.list()?;
-        set_list(out, &workers, credentials);
-        Ok(())
+        set_list(out, &workers, credentials)
     }
 }
 
@@ -277,12 +337,14 @@ fn seconds_or_default(value: f64, what: &str) -> Result<Option<Duration>, Error>
 }
 
 /// Writes the list of `workers`, each with the gate's verdict for `credentials`, to `*out`.
+///
+/// Errors: as `handles::insert`.
 fn set_list(
     out: &mut *mut wool_worker_list,
     workers: &[DiscoveredWorker],
     credentials: Option<&WorkerCredentials>,
-) {
-    set_boxed(
+) -> Result<(), Error> {
+    handles::set_handle(
         out,
         wool_worker_list {
             workers: workers
@@ -290,7 +352,7 @@ fn set_list(
                 .map(|worker| OwnedWorker::new(worker, credentials))
                 .collect(),
         },
-    );
+    )
 }
 
 /// Lists the workers at every address the DNS name `name` resolves to (A and AAAA records, e.g.
@@ -317,7 +379,7 @@ fn set_list(
 /// out, too many addresses); `*out` is left untouched on failure.
 ///
 /// # Safety
-/// `name` must be NULL or NUL-terminated; `credentials` NULL or live; `out` NULL or writable.
+/// `name` must be NULL or NUL-terminated; `credentials` NULL or a handle; `out` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn wool_discover_dns(
     name: *const c_char,
@@ -329,15 +391,14 @@ pub unsafe extern "C" fn wool_discover_dns(
     ffi_panic_boundary!("wool_discover_dns", {
         // SAFETY (all): the caller's contract above.
         let name = unsafe { try_str(name, "name") }?;
-        let credentials = unsafe { credentials.as_ref() }.map(|c| &c.inner);
+        let credentials = wool_credentials::copy_of(credentials)?;
         let out = unsafe { try_mut(out, "out") }?;
         let mut dns = DnsDiscovery::new(name, port)?;
         if let Some(timeout) = seconds_or_default(timeout_seconds, "timeout_seconds")? {
             dns = dns.timeout(timeout);
         }
         let workers = dns.list()?;
-        set_list(out, &workers, credentials);
-        Ok(())
+        set_list(out, &workers, credentials.as_ref())
     })
 }
 
@@ -351,8 +412,7 @@ pub unsafe extern "C" fn wool_discover_dns(
 /// or the admission gate refuses the worker for `credentials` (its refusal in the message).
 ///
 /// # Safety
-/// `list` NULL or a live list; `credentials` and `options` NULL or live; `out` NULL or
-/// writable.
+/// `list`, `credentials` and `options` NULL or handles; `out` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn wool_worker_list_connect(
     list: *const wool_worker_list,
@@ -363,9 +423,9 @@ pub unsafe extern "C" fn wool_worker_list_connect(
 ) -> wool_status {
     ffi_panic_boundary!("wool_worker_list_connect", {
         // SAFETY (all): the caller's contract above.
-        let list = unsafe { try_ref(list, "list") }?;
-        let credentials = unsafe { credentials.as_ref() }.map(|c| &c.inner);
-        let options = unsafe { options.as_ref() }.map(|o| o.inner.clone());
+        let list = handles::get(list, "list")?;
+        let credentials = wool_credentials::copy_of(credentials)?;
+        let options = wool_channel_options::copy_of(options)?;
         let out = unsafe { try_mut(out, "out") }?;
         let owned = list.workers.get(index).ok_or_else(|| {
             Error::invalid_argument(format!(
@@ -375,52 +435,72 @@ pub unsafe extern "C" fn wool_worker_list_connect(
         })?;
         let connection = owned
             .worker
-            .connect(credentials, options.unwrap_or_default())?;
-        set_boxed(out, wool_connection::new(connection));
-        Ok(())
+            .connect(credentials.as_ref(), options.unwrap_or_default())?;
+        handles::set_handle(out, wool_connection::new(connection))
     })
 }
 
-/// The number of workers in `list` (0 for NULL).
+/// The number of workers in `list` (0 for NULL; 0 for a freed list or a handle of another
+/// type, which also sets the thread's last error).
 ///
 /// # Safety
-/// `list` must be NULL or a live list from wool_discover.
+/// None beyond the handle rules (docs/C-API.md, "Handles").
 #[no_mangle]
 pub unsafe extern "C" fn wool_worker_list_count(list: *const wool_worker_list) -> usize {
     ffi_panic_boundary!("wool_worker_list_count", {
-        // SAFETY: the caller's contract above.
-        unsafe { list.as_ref() }.map_or(0, |list| list.workers.len())
+        if list.is_null() {
+            return 0;
+        }
+        match handles::get(list, "list") {
+            Ok(list) => list.workers.len(),
+            Err(error) => {
+                super::last_error::record("wool_worker_list_count", &error);
+                0
+            }
+        }
     })
 }
 
-/// The worker at `index` in `list`, valid until the list is freed; NULL when `list` is NULL or
-/// `index` is out of range.
+/// The worker at `index` in `list`, valid until the list is freed (a pointer into the list,
+/// which the handle table cannot check: do not use it after wool_worker_list_free); NULL when
+/// `list` is NULL or `index` is out of range, and NULL for a freed list or a handle of another
+/// type, which also sets the thread's last error.
 ///
 /// # Safety
-/// `list` must be NULL or a live list from wool_discover.
+/// None beyond the handle rules (docs/C-API.md, "Handles").
 #[no_mangle]
 pub unsafe extern "C" fn wool_worker_list_get(
     list: *const wool_worker_list,
     index: usize,
 ) -> *const wool_worker_info {
     ffi_panic_boundary!("wool_worker_list_get", {
-        // SAFETY: the caller's contract above.
-        unsafe { list.as_ref() }
-            .and_then(|list| list.workers.get(index))
-            .map_or(std::ptr::null(), |worker| &worker.info as *const _)
+        if list.is_null() {
+            return std::ptr::null();
+        }
+        match handles::get(list, "list") {
+            // The table keeps the list (and so the worker) until wool_worker_list_free.
+            Ok(list) => list
+                .workers
+                .get(index)
+                .map_or(std::ptr::null(), |worker| &worker.info as *const _),
+            Err(error) => {
+                super::last_error::record("wool_worker_list_get", &error);
+                std::ptr::null()
+            }
+        }
     })
 }
 
-/// Releases a list and every worker in it; NULL is a no-op.
+/// Releases a list and every worker in it; NULL is a no-op; a second free (or a handle of
+/// another type) does nothing but set the thread's last error. Pointers from
+/// wool_worker_list_get are invalid afterwards.
 ///
 /// # Safety
-/// `list` must be NULL or a list from wool_discover not yet freed; nothing may use it or its
-/// workers afterwards.
+/// None beyond the handle rules (docs/C-API.md, "Handles").
 #[no_mangle]
 pub unsafe extern "C" fn wool_worker_list_free(list: *mut wool_worker_list) {
     ffi_panic_boundary!("wool_worker_list_free", {
-        // SAFETY: the caller's contract above.
-        unsafe { free_boxed(list) }
+        free_handle("wool_worker_list_free", list, "list");
     })
 }
 
@@ -441,7 +521,7 @@ pub unsafe extern "C" fn wool_worker_list_free(list: *mut wool_worker_list) {
 ///
 /// # Safety
 /// `worker` must be NULL or point to a wool_worker_info whose `address`, `version` and
-/// `identity` are NULL or NUL-terminated; `credentials` NULL or live; `options` NULL or live;
+/// `identity` are NULL or NUL-terminated; `credentials` NULL or a handle; `options` NULL or a handle;
 /// `out` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn wool_connect_worker(
@@ -456,8 +536,8 @@ pub unsafe extern "C" fn wool_connect_worker(
         let address = unsafe { try_str(worker.address, "worker->address") }?;
         let identity = unsafe { super::try_optional_str(worker.identity, "worker->identity") }?;
         let version = unsafe { super::try_optional_str(worker.version, "worker->version") }?;
-        let credentials = unsafe { credentials.as_ref() }.map(|c| &c.inner);
-        let options = unsafe { options.as_ref() }.map(|o| o.inner.clone());
+        let credentials = wool_credentials::copy_of(credentials)?;
+        let options = wool_channel_options::copy_of(options)?;
         let out = unsafe { try_mut(out, "out") }?;
         let discovered = DiscoveredWorker {
             address: address.to_owned(),
@@ -467,9 +547,8 @@ pub unsafe extern "C" fn wool_connect_worker(
             ..placeholder()
         };
         let connection: WorkerConnection =
-            discovered.connect(credentials, options.unwrap_or_default())?;
-        set_boxed(out, wool_connection::new(connection));
-        Ok(())
+            discovered.connect(credentials.as_ref(), options.unwrap_or_default())?;
+        handles::set_handle(out, wool_connection::new(connection))
     })
 }
 
@@ -517,7 +596,7 @@ pub unsafe extern "C" fn wool_watch_new(
 /// Returns as wool_watch_new.
 ///
 /// # Safety
-/// As wool_watch_new; `credentials` NULL or live.
+/// As wool_watch_new; `credentials` NULL or a handle.
 #[no_mangle]
 pub unsafe extern "C" fn wool_watch_new_admitted(
     namespace_: *const c_char,
@@ -527,7 +606,7 @@ pub unsafe extern "C" fn wool_watch_new_admitted(
 ) -> wool_status {
     ffi_panic_boundary!("wool_watch_new_admitted", {
         // SAFETY: the caller's contract above.
-        let credentials = unsafe { credentials.as_ref() }.map(|c| c.inner.clone());
+        let credentials = wool_credentials::copy_of(credentials)?;
         // SAFETY: the caller's contract above.
         unsafe { watch_new(namespace_, backend, credentials, out) }
     })
@@ -548,28 +627,31 @@ unsafe fn watch_new(
     // SAFETY: the caller's contract above.
     let out = unsafe { try_mut(out, "out") }?;
     let watch = discovery(namespace, backend, None)?.watch()?;
-    set_boxed(
+    handles::set_handle(
         out,
         wool_watch {
             watch,
             credentials,
             last: Mutex::new(None),
+            freed: AtomicBool::new(false),
+            wake: tokio::sync::Notify::new(),
         },
-    );
-    Ok(())
+    )
 }
 
 /// Waits up to `timeout_seconds` (0 = do not wait, INFINITY = as long as it takes) for the
 /// watch's next event and writes its kind to `*out_kind` (WOOL_DISCOVERY_EVENT_*) and its
 /// worker to `*out_worker`, valid until the next wool_watch_next on this watch or
-/// wool_watch_free. When nothing happened in time: WOOL_DISCOVERY_EVENT_NONE and NULL.
+/// wool_watch_free. When nothing happened in time: WOOL_DISCOVERY_EVENT_NONE and NULL; the
+/// same, at once, when another thread frees the watch during the wait.
 ///
-/// Returns WOOL_STATUS_INVALID_ARGUMENT for a NULL argument or a negative or NaN timeout, or
+/// Returns WOOL_STATUS_INVALID_ARGUMENT for a NULL argument, a freed watch or a handle of
+/// another type, or a negative or NaN timeout, or
 /// WOOL_STATUS_TRANSIENT once the watch has ended (its backend stopped, e.g. the multicast DNS
 /// responder failed; every event before that was handed out): free it and start another.
 ///
 /// # Safety
-/// `watch` must be NULL or a live watch; `out_kind` and `out_worker` NULL or writable.
+/// `out_kind` and `out_worker` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn wool_watch_next(
     watch: *const wool_watch,
@@ -579,7 +661,7 @@ pub unsafe extern "C" fn wool_watch_next(
 ) -> wool_status {
     ffi_panic_boundary!("wool_watch_next", {
         // SAFETY (all): the caller's contract above.
-        let watch = unsafe { try_ref(watch, "watch") }?;
+        let watch = handles::get(watch, "watch")?;
         let out_kind = unsafe { try_mut(out_kind, "out_kind") }?;
         let out_worker = unsafe { try_mut(out_worker, "out_worker") }?;
         if timeout_seconds.is_nan() || timeout_seconds < 0.0 {
@@ -588,7 +670,7 @@ pub unsafe extern "C" fn wool_watch_next(
             )));
         }
         let timeout = Duration::try_from_secs_f64(timeout_seconds).ok();
-        let event = watch.watch.next_timeout(timeout)?;
+        let event = watch.next_event(timeout)?;
         let mut last = watch.last.lock().unwrap_or_else(|e| e.into_inner());
         let (kind, worker) = match event {
             None => (WOOL_DISCOVERY_EVENT_NONE, None),
@@ -607,15 +689,16 @@ pub unsafe extern "C" fn wool_watch_next(
     })
 }
 
-/// Stops a watch and releases it; NULL is a no-op.
+/// Stops a watch and releases it; NULL is a no-op; a second free (or a handle of another type)
+/// does nothing but set the thread's last error. A wool_watch_next waiting on the watch in
+/// another thread returns at once as if its timeout had passed (WOOL_DISCOVERY_EVENT_NONE);
+/// the watch goes away after it. Its events' workers are invalid afterwards.
 ///
 /// # Safety
-/// `watch` must be NULL or a watch from wool_watch_new not yet freed, with no wool_watch_next
-/// running on it; nothing may use it or its events' workers afterwards.
+/// None beyond the handle rules (docs/C-API.md, "Handles").
 #[no_mangle]
 pub unsafe extern "C" fn wool_watch_free(watch: *mut wool_watch) {
     ffi_panic_boundary!("wool_watch_free", {
-        // SAFETY: the caller's contract above.
-        unsafe { free_boxed(watch) }
+        free_handle("wool_watch_free", watch, "watch");
     })
 }

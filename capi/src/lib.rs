@@ -8,33 +8,42 @@
 //! - [`options`]: `wool_channel_options` and `wool_connect_with_options`.
 //! - [`queue`]: `wool_queue`, the calls started without blocking (`wool_idle_start`,
 //!   `wool_stop_start`), `wool_cancel`, `wool_queue_next`, `wool_queue_next_sized`.
+//! - [`batch`]: `wool_idle_start_batch`, many idle polls started into a queue in one call.
 //! - [`discovery`]: `wool_discover`, `wool_discover_admitted`, `wool_discover_dns`,
 //!   `wool_watch_*`, `wool_connect_worker`, `wool_worker_list_*`.
-//! - [`fleet`]: `wool_idle_many` (a sweep), `wool_idle_many_start` (a sweep started without
-//!   blocking) and `wool_retire_idle`, on `libwool::fleet`.
+//! - [`sweep`]: `wool_idle_many` (a sweep) and `wool_idle_many_start` (a sweep started without
+//!   blocking), on `libwool::fleet::sweep`.
+//! - [`retire`]: `wool_retire_idle` and its policy and decision types, on
+//!   `libwool::fleet::retire`.
 //! - [`last_error`]: the calling thread's most recent failure (like `errno`):
 //!   `wool_last_error`, `wool_last_rpc_code`.
 //! - `runtime`: the one library-wide tokio runtime that blocking calls run on (not C-visible).
+//! - `handles`: the handle table behind every opaque pointer (not C-visible): a freed handle
+//!   or one of another type is an invalid argument, never a wild pointer.
 //!
 //! Plus the boundary itself, written once in this file:
 //! - `ffi_panic_boundary!` wraps every exported body: it catches panics and turns the body's
 //!   outcome into the C return value (a failed `Result` also becomes the thread's last error).
 //! - the `try_*` helpers below check pointers, text and numbers the same way everywhere.
 
+pub mod batch;
 pub mod connection;
 pub mod credentials;
 pub mod discovery;
-pub mod fleet;
+mod handles;
 pub mod last_error;
 pub mod options;
 pub mod queue;
+pub mod retire;
 mod runtime;
 pub mod status;
+pub mod sweep;
 
 use std::any::Any;
 use std::ffi::{c_char, CStr};
 use std::time::Duration;
 
+pub use batch::{wool_idle_start_batch, wool_idle_start_entry, WOOL_IDLE_START_BATCH_MAX};
 pub use connection::{wool_connect, wool_connection, wool_free, wool_idle, wool_stop};
 pub use credentials::{
     wool_credentials, wool_credentials_free, wool_credentials_from_files,
@@ -45,10 +54,6 @@ pub use discovery::{
     wool_watch_new, wool_watch_next, wool_worker_info, wool_worker_list, wool_worker_list_count,
     wool_worker_list_free, wool_worker_list_get, WOOL_DISCOVERY_DNS, WOOL_DISCOVERY_LAN,
     WOOL_DISCOVERY_LOCAL,
-};
-pub use fleet::{
-    wool_idle_many, wool_idle_many_start, wool_poll_result, wool_retire_decision, wool_retire_idle,
-    wool_retire_policy, wool_retire_reason_name,
 };
 pub use last_error::{wool_last_error, wool_last_rpc_code};
 use libwool::connection::Error;
@@ -68,7 +73,11 @@ pub use queue::{
     WOOL_COMPLETION_KIND_IDLE, WOOL_COMPLETION_KIND_STOP, WOOL_COMPLETION_KIND_SWEEP,
     WOOL_COMPLETION_MESSAGE_BYTES,
 };
+pub use retire::{
+    wool_retire_decision, wool_retire_idle, wool_retire_policy, wool_retire_reason_name,
+};
 pub use status::{wool_status, wool_status_name};
+pub use sweep::{wool_idle_many, wool_idle_many_start, wool_poll_result};
 
 /// Turns a timeout in seconds (as C, Go and Python hosts pass it) into a call deadline:
 /// positive finite → that long; `+∞` → no deadline (`None`).
@@ -284,20 +293,12 @@ pub(crate) fn try_grace(seconds: f64) -> Result<Grace, Error> {
     Ok(Grace::from_seconds(seconds))
 }
 
-/// Moves `value` to the heap and hands it to C through `out`.
-pub(crate) fn set_boxed<T>(out: &mut *mut T, value: T) {
-    *out = Box::into_raw(Box::new(value));
-}
-
-/// Takes back a value handed out by [`set_boxed`] and drops it; NULL is a no-op.
-///
-/// # Safety
-/// A non-NULL `ptr` must come from [`set_boxed`] and not have been freed; nothing may use it
-/// afterwards.
-pub(crate) unsafe fn free_boxed<T>(ptr: *mut T) {
-    if !ptr.is_null() {
-        // SAFETY: the caller's contract.
-        drop(unsafe { Box::from_raw(ptr) });
+/// Frees `handle` for the `void` free function `function` (the handle parameter named `what`):
+/// a handle already freed, or of another type, is left alone and only sets the thread's last
+/// error.
+pub(crate) fn free_handle<T: handles::Handle>(function: &'static str, handle: *mut T, what: &str) {
+    if let Err(error) = handles::free(handle, what) {
+        last_error::record(function, &error);
     }
 }
 

@@ -5,21 +5,44 @@
 //! always valid: a refused value leaves the previous one (a default, or what was set before).
 
 use std::ffi::c_char;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use super::connection::wool_connection;
 use super::credentials::wool_credentials;
-use super::{ffi_panic_boundary, free_boxed, set_boxed, try_mut, wool_status};
+use super::handles::{self, Handle};
+use super::{ffi_panic_boundary, free_handle, try_mut, wool_status};
 use libwool::connection::{ChannelOptions, Error};
 
 /// Channel settings for wool_connect_with_options, as Wool's ChannelOptions. Opaque; made by
 /// wool_channel_options_new with Wool's defaults, released by wool_channel_options_free. A
 /// connection copies them, so they may be freed or changed right after. Connections share a
-/// pooled channel only when their options are equal. Not for use by several threads at once
-/// while being changed.
+/// pooled channel only when their options are equal. Threads may change and read one at once:
+/// each change is whole (a lock inside), and a connection copies the options as they are.
 #[allow(non_camel_case_types)]
 pub struct wool_channel_options {
-    pub(crate) inner: ChannelOptions,
+    inner: Mutex<ChannelOptions>,
+}
+
+impl Handle for wool_channel_options {
+    const NAME: &'static str = "channel options";
+}
+
+impl wool_channel_options {
+    /// A copy of the options as they are now.
+    pub(crate) fn get(&self) -> ChannelOptions {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The options behind the optional handle `options` (NULL: none), copied.
+    ///
+    /// Errors: InvalidArgument for a freed handle or one of another type.
+    pub(crate) fn copy_of(options: *const Self) -> Result<Option<ChannelOptions>, Error> {
+        Ok(handles::get_optional(options, "options")?.map(|options| options.get()))
+    }
 }
 
 /// Makes channel options holding Wool's defaults: 100 MiB message limits each way, keepalive
@@ -37,42 +60,41 @@ pub unsafe extern "C" fn wool_channel_options_new(
     ffi_panic_boundary!("wool_channel_options_new", {
         // SAFETY: the caller's contract above.
         let out = unsafe { try_mut(out, "out") }?;
-        set_boxed(
+        handles::set_handle(
             out,
             wool_channel_options {
-                inner: ChannelOptions::default(),
+                inner: Mutex::new(ChannelOptions::default()),
             },
-        );
-        Ok(())
+        )
     })
 }
 
-/// Releases channel options. NULL is a no-op.
+/// Releases channel options. NULL is a no-op; a second free (or a handle of another type) does
+/// nothing but set the thread's last error.
 ///
 /// # Safety
-/// `options` must be NULL or from wool_channel_options_new and not yet freed.
+/// None beyond the handle rules (docs/C-API.md, "Handles").
 #[no_mangle]
 pub unsafe extern "C" fn wool_channel_options_free(options: *mut wool_channel_options) {
     ffi_panic_boundary!("wool_channel_options_free", {
-        // SAFETY: the caller's contract above.
-        unsafe { free_boxed(options) }
+        free_handle("wool_channel_options_free", options, "options");
     })
 }
 
 /// Applies `change` to a copy of the options, checks the copy, and keeps it only if valid.
 ///
 /// # Safety
-/// `options` must be NULL or a live wool_channel_options used by no other thread.
+/// None beyond the handle rules: `options` is looked up, never read.
 unsafe fn change(
     options: *mut wool_channel_options,
     change: impl FnOnce(&mut ChannelOptions) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    // SAFETY: the caller's contract.
-    let options = unsafe { try_mut(options, "options") }?;
-    let mut changed = options.inner.clone();
+    let options = handles::get(options.cast_const(), "options")?;
+    let mut current = options.inner.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut changed = current.clone();
     change(&mut changed)?;
     changed.validate()?;
-    options.inner = changed;
+    *current = changed;
     Ok(())
 }
 
@@ -107,7 +129,7 @@ fn seconds(
 /// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options` or a value out of range.
 ///
 /// # Safety
-/// `options` must be NULL or a live wool_channel_options used by no other thread.
+/// None beyond the handle rules (docs/C-API.md, "Handles").
 #[no_mangle]
 pub unsafe extern "C" fn wool_channel_options_set_max_receive_message_bytes(
     options: *mut wool_channel_options,
@@ -130,7 +152,7 @@ pub unsafe extern "C" fn wool_channel_options_set_max_receive_message_bytes(
 /// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options` or a value out of range.
 ///
 /// # Safety
-/// `options` must be NULL or a live wool_channel_options used by no other thread.
+/// None beyond the handle rules (docs/C-API.md, "Handles").
 #[no_mangle]
 pub unsafe extern "C" fn wool_channel_options_set_max_send_message_bytes(
     options: *mut wool_channel_options,
@@ -154,7 +176,7 @@ pub unsafe extern "C" fn wool_channel_options_set_max_send_message_bytes(
 /// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`, 0, negative, NaN or below 1 ms.
 ///
 /// # Safety
-/// `options` must be NULL or a live wool_channel_options used by no other thread.
+/// None beyond the handle rules (docs/C-API.md, "Handles").
 #[no_mangle]
 pub unsafe extern "C" fn wool_channel_options_set_keepalive_interval(
     options: *mut wool_channel_options,
@@ -183,7 +205,7 @@ pub unsafe extern "C" fn wool_channel_options_set_keepalive_interval(
 /// below 1 ms.
 ///
 /// # Safety
-/// `options` must be NULL or a live wool_channel_options used by no other thread.
+/// None beyond the handle rules (docs/C-API.md, "Handles").
 #[no_mangle]
 pub unsafe extern "C" fn wool_channel_options_set_keepalive_timeout(
     options: *mut wool_channel_options,
@@ -207,7 +229,7 @@ pub unsafe extern "C" fn wool_channel_options_set_keepalive_timeout(
 /// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`.
 ///
 /// # Safety
-/// `options` must be NULL or a live wool_channel_options used by no other thread.
+/// None beyond the handle rules (docs/C-API.md, "Handles").
 #[no_mangle]
 pub unsafe extern "C" fn wool_channel_options_set_keepalive_without_calls(
     options: *mut wool_channel_options,
@@ -230,7 +252,7 @@ pub unsafe extern "C" fn wool_channel_options_set_keepalive_without_calls(
 /// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`.
 ///
 /// # Safety
-/// `options` must be NULL or a live wool_channel_options used by no other thread.
+/// None beyond the handle rules (docs/C-API.md, "Handles").
 #[no_mangle]
 pub unsafe extern "C" fn wool_channel_options_set_max_pings_without_data(
     options: *mut wool_channel_options,
@@ -253,7 +275,7 @@ pub unsafe extern "C" fn wool_channel_options_set_max_pings_without_data(
 /// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options` or a value out of range.
 ///
 /// # Safety
-/// `options` must be NULL or a live wool_channel_options used by no other thread.
+/// None beyond the handle rules (docs/C-API.md, "Handles").
 #[no_mangle]
 pub unsafe extern "C" fn wool_channel_options_set_max_concurrent_streams(
     options: *mut wool_channel_options,
@@ -278,7 +300,7 @@ pub unsafe extern "C" fn wool_channel_options_set_max_concurrent_streams(
 /// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `options`, 0, negative, NaN or below 1 ms.
 ///
 /// # Safety
-/// `options` must be NULL or a live wool_channel_options used by no other thread.
+/// None beyond the handle rules (docs/C-API.md, "Handles").
 #[no_mangle]
 pub unsafe extern "C" fn wool_channel_options_set_connect_timeout(
     options: *mut wool_channel_options,
@@ -301,7 +323,7 @@ pub unsafe extern "C" fn wool_channel_options_set_connect_timeout(
 /// Returns WOOL_STATUS_INVALID_ARGUMENT as wool_connect does.
 ///
 /// # Safety
-/// As wool_connect; `options` must be NULL or a live wool_channel_options.
+/// As wool_connect; `options` is NULL or a wool_channel_options handle.
 #[no_mangle]
 pub unsafe extern "C" fn wool_connect_with_options(
     target: *const c_char,
@@ -310,8 +332,7 @@ pub unsafe extern "C" fn wool_connect_with_options(
     out: *mut *mut wool_connection,
 ) -> wool_status {
     ffi_panic_boundary!("wool_connect_with_options", {
-        // SAFETY: the caller's contract above.
-        let options = unsafe { options.as_ref() }.map(|o| o.inner.clone());
+        let options = wool_channel_options::copy_of(options)?;
         // SAFETY: the caller's contract above.
         unsafe { super::connection::connect(target, credentials, options, out) }
     })
@@ -339,14 +360,20 @@ mod tests {
                 wool_channel_options_set_max_concurrent_streams(options, 0),
                 wool_status::InvalidArgument
             );
-            let kept = &(*options).inner;
+            let kept = handles::get(options, "options").unwrap().get();
             assert_eq!(kept.keepalive_interval, Some(Duration::from_millis(2500)));
             assert_eq!(kept.max_concurrent_streams, 100);
             assert_eq!(
                 wool_channel_options_set_keepalive_interval(options, f64::INFINITY),
                 wool_status::Ok
             );
-            assert_eq!((*options).inner.keepalive_interval, None);
+            assert_eq!(
+                handles::get(options, "options")
+                    .unwrap()
+                    .get()
+                    .keepalive_interval,
+                None
+            );
             wool_channel_options_free(options);
         }
     }

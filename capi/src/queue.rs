@@ -3,7 +3,7 @@
 //! becomes readable in the host's own event loop (epoll, `select`, libuv, asyncio's
 //! `add_reader`). `wool_idle_start`, `wool_stop_start`, `wool_cancel`, `wool_queue_next`,
 //! `wool_queue_next_sized` (the growable `wool_completion_ex`); the started sweep
-//! `wool_idle_many_start` (in `fleet`) completes into the same queue.
+//! `wool_idle_many_start` (in `sweep`) completes into the same queue.
 //!
 //! Started calls run on the library's one runtime, driven by the library's driver thread while
 //! any are in flight (see `runtime`); the blocking calls share that runtime and its pooled
@@ -22,9 +22,10 @@ use std::time::{Duration, Instant};
 use super::connection::wool_connection;
 use futures_util::FutureExt;
 
+use super::handles::{self, Handle};
 use super::{
-    ffi_panic_boundary, free_boxed, panic_message, runtime, set_boxed, try_grace, try_mut, try_ref,
-    try_timeout, wool_status,
+    ffi_panic_boundary, free_handle, panic_message, runtime, try_grace, try_mut, try_timeout,
+    wool_status,
 };
 use libwool::connection::{Error, ErrorKind};
 
@@ -127,10 +128,29 @@ impl wool_completion_ex {
 }
 
 /// A completion queue. Opaque; made by wool_queue_new, released by wool_queue_free. Any thread
-/// may start calls on it and collect from it.
+/// may start calls on it and collect from it, and free it while others wait on it.
 #[allow(non_camel_case_types)]
 pub struct wool_queue {
     inner: Arc<Queue>,
+}
+
+impl Handle for wool_queue {
+    const NAME: &'static str = "queue";
+
+    /// Cancels the calls in flight (their HTTP/2 streams reset), discards their completions and
+    /// those not collected, closes the descriptor, and ends the waits of wool_queue_next calls
+    /// running on other threads (they return no completion, as at a timeout).
+    fn freed(&self) {
+        let mut state = self.inner.lock();
+        for (_, call) in state.calls.drain() {
+            if let Some(task) = call.task {
+                task.abort();
+            }
+        }
+        state.completions.clear();
+        state.fd = None;
+        self.inner.announce(&state);
+    }
 }
 
 struct Queue {
@@ -151,8 +171,14 @@ struct State {
     completions: VecDeque<wool_completion_ex>,
     /// Calls in flight: id → the call.
     calls: HashMap<u64, Call>,
-    /// An eventfd, readable exactly while completions wait; `None` once the queue is freed.
+    /// An eventfd, readable exactly while completions wait once `fd_handed_out`; `None` once
+    /// the queue is freed.
     fd: Option<OwnedFd>,
+    /// Whether wool_queue_fd has handed the descriptor out. Until then no host can watch it,
+    /// so it is left unsignalled: a host collecting with wool_queue_next alone (the Go
+    /// binding, C thread pools) saves a write and a read of it each time completions arrive
+    /// in an empty queue.
+    fd_handed_out: bool,
     /// Threads waiting on `Queue::ready`.
     condvar_waiters: usize,
 }
@@ -172,7 +198,8 @@ impl Queue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Wakes the threads waiting for a completion (one was just pushed onto `state`).
+    /// Wakes the threads waiting for a completion (one was just pushed onto `state`, or the
+    /// queue was freed).
     fn announce(&self, state: &State) {
         self.arrived.notify_waiters();
         if state.condvar_waiters > 0 {
@@ -202,7 +229,7 @@ impl Queue {
         }
         // Inside a host's own tokio runtime (or with no runtime at all): wait without driving.
         state.condvar_waiters += 1;
-        while state.completions.is_empty() {
+        while state.completions.is_empty() && !state.freed() {
             state = match deadline {
                 None => self.ready.wait(state).unwrap_or_else(|p| p.into_inner()),
                 Some(deadline) => {
@@ -221,13 +248,18 @@ impl Queue {
         state
     }
 
-    /// Resolves once a completion waits in the queue, or at `deadline` (`None`: never).
+    /// Resolves once a completion waits in the queue, the queue is freed, or at `deadline`
+    /// (`None`: never).
     async fn until_ready(&self, deadline: Option<tokio::time::Instant>) {
         loop {
             let notified = self.arrived.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if !self.lock().completions.is_empty() {
+            let ready = {
+                let state = self.lock();
+                !state.completions.is_empty() || state.freed()
+            };
+            if ready {
                 return;
             }
             match deadline {
@@ -259,15 +291,38 @@ impl Queue {
 }
 
 impl State {
+    /// Whether wool_queue_free has run: its descriptor is closed then.
+    fn freed(&self) -> bool {
+        self.fd.is_none()
+    }
+
     fn push(&mut self, completion: wool_completion_ex) {
         if self.completions.is_empty() {
-            if let Some(fd) = &self.fd {
-                // SAFETY: an 8-byte write to our eventfd.
-                let one: u64 = 1;
-                unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
-            }
+            self.signal_fd();
         }
         self.completions.push_back(completion);
+    }
+
+    /// Makes the descriptor readable, if it has been handed out.
+    fn signal_fd(&self) {
+        if let (Some(fd), true) = (&self.fd, self.fd_handed_out) {
+            // SAFETY: an 8-byte write to our eventfd.
+            let one: u64 = 1;
+            unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
+    }
+
+    /// The descriptor, noting that it is handed out: from now on it is readable exactly while
+    /// completions wait (made so at once if some wait already). `None` once freed.
+    fn hand_out_fd(&mut self) -> Option<i32> {
+        let fd = self.fd.as_ref()?.as_raw_fd();
+        if !self.fd_handed_out {
+            self.fd_handed_out = true;
+            if !self.completions.is_empty() {
+                self.signal_fd();
+            }
+        }
+        Some(fd)
     }
 
     /// Takes up to `most` completions, oldest first, handing each to `write` with its index;
@@ -277,7 +332,7 @@ impl State {
         for (index, completion) in self.completions.drain(..count).enumerate() {
             write(index, &completion);
         }
-        if self.completions.is_empty() && count > 0 {
+        if self.completions.is_empty() && count > 0 && self.fd_handed_out {
             if let Some(fd) = &self.fd {
                 // SAFETY: an 8-byte read from our non-blocking eventfd (resets it to unreadable).
                 let mut value: u64 = 0;
@@ -312,7 +367,7 @@ pub unsafe extern "C" fn wool_queue_new(out: *mut *mut wool_queue) -> wool_statu
                 ),
             ));
         }
-        set_boxed(
+        handles::set_handle(
             out,
             wool_queue {
                 inner: Arc::new(Queue {
@@ -321,6 +376,7 @@ pub unsafe extern "C" fn wool_queue_new(out: *mut *mut wool_queue) -> wool_statu
                         calls: HashMap::new(),
                         // SAFETY: a descriptor we just opened and own.
                         fd: Some(unsafe { OwnedFd::from_raw_fd(fd) }),
+                        fd_handed_out: false,
                         condvar_waiters: 0,
                     }),
                     ready: Condvar::new(),
@@ -328,34 +384,24 @@ pub unsafe extern "C" fn wool_queue_new(out: *mut *mut wool_queue) -> wool_statu
                     next_call: AtomicU64::new(1),
                 }),
             },
-        );
-        Ok(())
+        )
     })
 }
 
 /// Releases the queue: calls still in flight on it are cancelled (their HTTP/2 streams reset)
 /// and their completions discarded; completions not collected are discarded; its file
-/// descriptor is closed (remove it from an epoll set first). NULL is a no-op. Call it once,
-/// after every other call on the queue has returned.
+/// descriptor is closed (remove it from an epoll set first). NULL is a no-op. Any thread may
+/// free it at any time: a wool_queue_next or wool_queue_next_sized waiting on it in another
+/// thread returns at once with no completion (WOOL_STATUS_OK, count 0, as at a timeout), and
+/// the queue goes away after the last call on it returns. A second free (or a handle of
+/// another type) does nothing but set the thread's last error.
 ///
 /// # Safety
-/// `queue` must be NULL or from wool_queue_new and not yet freed.
+/// None beyond the handle rules (docs/C-API.md, "Handles").
 #[no_mangle]
 pub unsafe extern "C" fn wool_queue_free(queue: *mut wool_queue) {
     ffi_panic_boundary!("wool_queue_free", {
-        // SAFETY: the caller's contract above.
-        if let Some(queue) = unsafe { queue.as_ref() } {
-            let mut state = queue.inner.lock();
-            for (_, call) in state.calls.drain() {
-                if let Some(task) = call.task {
-                    task.abort();
-                }
-            }
-            state.completions.clear();
-            state.fd = None;
-        }
-        // SAFETY: the caller's contract above.
-        unsafe { free_boxed(queue) }
+        free_handle("wool_queue_free", queue, "queue");
     })
 }
 
@@ -366,17 +412,25 @@ pub unsafe extern "C" fn wool_queue_free(queue: *mut wool_queue) {
 ///
 /// A host that waits on the descriptor rather than in wool_queue_next leaves the started calls
 /// to the library's driver thread; asking for a descriptor tells the library so, and from then
-/// on a start wakes that thread at once.
+/// on a start wakes that thread at once. A freed queue, or a handle of another type, gives -1
+/// and sets the thread's last error.
 ///
 /// # Safety
-/// `queue` must be NULL or a live wool_queue.
+/// None beyond the handle rules (docs/C-API.md, "Handles").
 #[no_mangle]
 pub unsafe extern "C" fn wool_queue_fd(queue: *const wool_queue) -> i32 {
     ffi_panic_boundary!("wool_queue_fd", {
-        // SAFETY: the caller's contract above.
-        let Some(fd) = unsafe { queue.as_ref() }
-            .and_then(|queue| queue.inner.lock().fd.as_ref().map(|fd| fd.as_raw_fd()))
-        else {
+        if queue.is_null() {
+            return -1;
+        }
+        let queue = match handles::get(queue, "queue") {
+            Ok(queue) => queue,
+            Err(error) => {
+                super::last_error::record("wool_queue_fd", &error);
+                return -1;
+            }
+        };
+        let Some(fd) = queue.inner.lock().hand_out_fd() else {
             return -1;
         };
         if let Err(error) = runtime::descriptor_watched() {
@@ -408,8 +462,8 @@ where
     let id = inner.next_call.fetch_add(1, Ordering::Relaxed);
     {
         let mut state = inner.lock();
-        if state.fd.is_none() {
-            return Err(Error::invalid_argument("the queue has been freed"));
+        if state.freed() {
+            return Err(Error::invalid_argument("queue: queue handle already freed"));
         }
         state.calls.insert(
             id,
@@ -420,16 +474,7 @@ where
             },
         );
     }
-    let finisher = Arc::clone(&inner);
-    let task = runtime::spawn(async move {
-        // A call that panics (a bug) still completes, so the host never waits for it forever.
-        match AssertUnwindSafe(call).catch_unwind().await {
-            Ok(complete) => finisher.finish(id, |tag| complete(tag, id)),
-            Err(payload) => {
-                finisher.finish(id, |tag| panicked(kind, tag, id, payload.as_ref()));
-            }
-        }
-    });
+    let task = runtime::spawn(completing(Arc::clone(&inner), id, kind, call));
     let task = match task {
         Ok(task) => task,
         Err(error) => {
@@ -444,6 +489,122 @@ where
     }
     *out_call = id;
     Ok(())
+}
+
+/// Call `id`'s task: runs `call`, then finishes the call in `queue` with the completion its
+/// output makes. A call that panics (a bug) still completes, so the host never waits for it
+/// forever.
+async fn completing<F, D>(queue: Arc<Queue>, id: u64, kind: u32, call: F)
+where
+    F: Future<Output = D>,
+    D: FnOnce(u64, u64) -> wool_completion_ex,
+{
+    match AssertUnwindSafe(call).catch_unwind().await {
+        Ok(complete) => queue.finish(id, |tag| complete(tag, id)),
+        Err(payload) => queue.finish(id, |tag| panicked(kind, tag, id, payload.as_ref())),
+    }
+}
+
+/// Starts each of `calls` (a tag and what makes the call's future, or the error that refuses
+/// it) for
+/// `queue` as calls of `kind` whose outcome is one worker's, completing as `function`, sharing
+/// the queue's lock and the runtime's start across the batch (see `runtime::spawn_batch`). A
+/// refused call is not started: it completes at once with its error, as a started call that
+/// failed would. Every call gets an id, refused or not; returns, in the order of `calls`, each
+/// one's id and status (WOOL_STATUS_OK when started).
+///
+/// Errors: INVALID_ARGUMENT for a freed queue; the runtime's start failure. Nothing is started
+/// and nothing completes then.
+pub(crate) fn start_each<M, F>(
+    queue: &wool_queue,
+    kind: u32,
+    function: &'static str,
+    calls: Vec<(u64, Result<M, Error>)>,
+) -> Result<Vec<(u64, wool_status)>, Error>
+where
+    M: FnOnce() -> F + Send + 'static,
+    F: Future<Output = Result<f64, Error>> + Send + 'static,
+{
+    let inner = &queue.inner;
+    let count = calls.len() as u64;
+    let first = inner.next_call.fetch_add(count, Ordering::Relaxed);
+    let mut outcomes = Vec::with_capacity(calls.len());
+    let mut started = Vec::with_capacity(calls.len());
+    let mut refused = Vec::new();
+    for ((tag, call), id) in calls.into_iter().zip(first..) {
+        match call {
+            Ok(call) => {
+                outcomes.push((id, wool_status::Ok));
+                started.push((id, tag, call));
+            }
+            Err(error) => {
+                outcomes.push((id, wool_status::from(error.kind())));
+                refused.push((tag, id, error));
+            }
+        }
+    }
+    {
+        let mut state = inner.lock();
+        if state.freed() {
+            return Err(Error::invalid_argument("queue: queue handle already freed"));
+        }
+        for (id, tag, _) in &started {
+            state.calls.insert(
+                *id,
+                Call {
+                    tag: *tag,
+                    kind,
+                    task: None,
+                },
+            );
+        }
+    }
+    let ids: Vec<u64> = started.iter().map(|(id, _, _)| *id).collect();
+    let tasks = started
+        .into_iter()
+        .map(|(id, _, make)| {
+            let call = async move {
+                let outcome = make().await;
+                move |tag, id| wool_completion_ex::of_call(kind, tag, id, outcome, function)
+            };
+            // Boxed once here: a call's future is kilobytes, and the batch moves it several
+            // times on its way into its task.
+            Box::pin(completing(Arc::clone(inner), id, kind, call))
+        })
+        .collect();
+    let recorder = Arc::clone(inner);
+    let spawned = runtime::spawn_batch(tasks, move |tasks| {
+        let mut state = recorder.lock();
+        for (id, task) in ids.iter().zip(tasks) {
+            match state.calls.get_mut(id) {
+                Some(call) => call.task = Some(task),
+                None => task.abort(), // cancelled (or the queue freed) before it was recorded
+            }
+        }
+    });
+    if let Err(error) = spawned {
+        let mut state = inner.lock();
+        for id in first..first + count {
+            state.calls.remove(&id);
+        }
+        return Err(error);
+    }
+    if !refused.is_empty() {
+        let mut state = inner.lock();
+        if !state.freed() {
+            for (tag, id, error) in refused {
+                state.push(wool_completion_ex::of_call(
+                    kind,
+                    tag,
+                    id,
+                    Err(error),
+                    function,
+                ));
+            }
+            inner.announce(&state);
+        }
+    }
+    Ok(outcomes)
 }
 
 /// The completion of call `id` (of `kind`, tagged `tag`) that panicked: WOOL_STATUS_PANIC,
@@ -469,6 +630,9 @@ fn start_call<F>(
 where
     F: Future<Output = Result<f64, Error>> + Send + 'static,
 {
+    // On the heap before it moves further: a worker call's future is large, and each move
+    // into a wrapper (here, `start`, the runtime's task) would copy all of it.
+    let call = Box::pin(call);
     start(queue, tag, kind, out_call, async move {
         let outcome = call.await;
         move |tag, id| wool_completion_ex::of_call(kind, tag, id, outcome, function)
@@ -481,11 +645,11 @@ where
 /// The call's id is written to `*out_call` (for wool_cancel). Freeing `conn` while the call is
 /// in flight is allowed: the call keeps what it needs.
 ///
-/// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `conn`, `queue` or `out_call`, or a bad
-/// timeout (as wool_idle); nothing is started then.
+/// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `conn`, `queue` or `out_call`, a freed handle
+/// or one of another type, or a bad timeout (as wool_idle); nothing is started then.
 ///
 /// # Safety
-/// `conn` and `queue` must be NULL or live; `out_call` NULL or writable.
+/// `out_call` must be NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn wool_idle_start(
     conn: *const wool_connection,
@@ -495,13 +659,13 @@ pub unsafe extern "C" fn wool_idle_start(
     out_call: *mut u64,
 ) -> wool_status {
     ffi_panic_boundary!("wool_idle_start", {
-        // SAFETY (all three): the caller's contract above.
-        let conn = unsafe { try_ref(conn, "conn") }?.shared();
-        let queue = unsafe { try_ref(queue, "queue") }?;
+        let conn = handles::get(conn, "conn")?.shared();
+        let queue = handles::get(queue, "queue")?;
+        // SAFETY: the caller's contract above.
         let out_call = unsafe { try_mut(out_call, "out_call") }?;
         let timeout = try_timeout(timeout_seconds)?;
         start_call(
-            queue,
+            &queue,
             tag,
             WOOL_COMPLETION_KIND_IDLE,
             out_call,
@@ -515,11 +679,11 @@ pub unsafe extern "C" fn wool_idle_start(
 /// Its completion, tagged `tag`, arrives in `queue` (seconds 0). The call's id goes to
 /// `*out_call`.
 ///
-/// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `conn`, `queue` or `out_call`, a NaN grace or
-/// a bad timeout; nothing is started then.
+/// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `conn`, `queue` or `out_call`, a freed handle
+/// or one of another type, a NaN grace or a bad timeout; nothing is started then.
 ///
 /// # Safety
-/// `conn` and `queue` must be NULL or live; `out_call` NULL or writable.
+/// `out_call` must be NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn wool_stop_start(
     conn: *const wool_connection,
@@ -530,14 +694,14 @@ pub unsafe extern "C" fn wool_stop_start(
     out_call: *mut u64,
 ) -> wool_status {
     ffi_panic_boundary!("wool_stop_start", {
-        // SAFETY (all three): the caller's contract above.
-        let conn = unsafe { try_ref(conn, "conn") }?.shared();
-        let queue = unsafe { try_ref(queue, "queue") }?;
+        let conn = handles::get(conn, "conn")?.shared();
+        let queue = handles::get(queue, "queue")?;
+        // SAFETY: the caller's contract above.
         let out_call = unsafe { try_mut(out_call, "out_call") }?;
         let grace = try_grace(grace_seconds)?;
         let timeout = try_timeout(timeout_seconds)?;
         start_call(
-            queue,
+            &queue,
             tag,
             WOOL_COMPLETION_KIND_STOP,
             out_call,
@@ -555,15 +719,15 @@ pub unsafe extern "C" fn wool_stop_start(
 /// polls in flight cancelled and writes nothing more to its `out_results` once this returns:
 /// the host may free that array then (a sweep that completed first has written all of it).
 ///
-/// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `queue`.
+/// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `queue`, a freed queue or a handle of
+/// another type.
 ///
 /// # Safety
-/// `queue` must be NULL or live.
+/// None beyond the handle rules (docs/C-API.md, "Handles").
 #[no_mangle]
 pub unsafe extern "C" fn wool_cancel(queue: *const wool_queue, call: u64) -> wool_status {
     ffi_panic_boundary!("wool_cancel", {
-        // SAFETY: the caller's contract above.
-        let queue = unsafe { try_ref(queue, "queue") }?;
+        let queue = handles::get(queue, "queue")?;
         let inner = &queue.inner;
         let mut state = inner.lock();
         if let Some(Call { tag, kind, task }) = state.calls.remove(&call) {
@@ -591,14 +755,15 @@ pub unsafe extern "C" fn wool_cancel(queue: *const wool_queue, call: u64) -> woo
 /// Collects up to `capacity` completions into `out` (oldest first) and writes how many to
 /// `*out_count`. Waits up to `timeout_seconds` for the first one: 0 = do not wait, positive =
 /// that long, INFINITY = until one arrives. Returns WOOL_STATUS_OK also when none arrived in
-/// time (`*out_count` = 0). A completion's kind and a sweep's result count are left out here:
+/// time (`*out_count` = 0), and at once, with none, when another thread frees the queue during
+/// the wait. A completion's kind and a sweep's result count are left out here:
 /// wool_queue_next_sized gives them.
 ///
 /// Returns WOOL_STATUS_INVALID_ARGUMENT for NULL `queue`, `out_count`, or `out` with a
-/// non-zero capacity, or a negative or NaN timeout.
+/// non-zero capacity, a freed queue or a handle of another type, or a negative or NaN timeout.
 ///
 /// # Safety
-/// `queue` must be NULL or live; `out` NULL or `capacity` writable completions; `out_count`
+/// `out` must be NULL or `capacity` writable completions; `out_count`
 /// NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn wool_queue_next(
@@ -643,7 +808,7 @@ pub unsafe extern "C" fn wool_queue_next(
 /// collected then.
 ///
 /// # Safety
-/// `queue` must be NULL or live; `out` NULL or `capacity * completion_size` writable bytes;
+/// `out` must be NULL or `capacity * completion_size` writable bytes;
 /// `out_count` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn wool_queue_next_sized(
@@ -703,7 +868,7 @@ pub unsafe extern "C" fn wool_queue_next_sized(
 /// `timeout_seconds` says, and hands up to `capacity` completions to `write` with their index.
 ///
 /// # Safety
-/// `queue` must be NULL or live; `out_count` NULL or writable; `write` must be sound for every
+/// `out_count` must be NULL or writable; `write` must be sound for every
 /// index below `capacity` (`out_null` says whether the host's array is NULL).
 unsafe fn collect(
     queue: *const wool_queue,
@@ -713,8 +878,8 @@ unsafe fn collect(
     out_count: *mut usize,
     write: impl FnMut(usize, &wool_completion_ex),
 ) -> Result<(), Error> {
-    // SAFETY (both): the caller's contract above.
-    let queue = unsafe { try_ref(queue, "queue") }?;
+    let queue = handles::get(queue, "queue")?;
+    // SAFETY: the caller's contract above.
     let out_count = unsafe { try_mut(out_count, "out_count") }?;
     if capacity > 0 && out_null {
         return Err(Error::invalid_argument("out is NULL"));
@@ -776,8 +941,8 @@ mod tests {
         let mut queue = std::ptr::null_mut();
         // SAFETY: a writable out-pointer.
         assert_eq!(unsafe { wool_queue_new(&mut queue) }, wool_status::Ok);
-        // SAFETY: made just above, freed at the end.
-        let live = unsafe { &*queue };
+        let live = handles::get(queue.cast_const(), "queue").unwrap();
+        let live = &*live;
 
         // The call's future panics.
         let mut call = 0;

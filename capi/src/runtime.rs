@@ -5,8 +5,10 @@
 //! `Runtime::block_on` on the caller's own thread, which then does the socket I/O, runs the
 //! channel's tasks and waits in `epoll` for the answer. A poll therefore costs no hand-off to
 //! another thread and back (each a futex wake and a context switch, several microseconds on a
-//! loopback round trip of tens). Several threads may block at once: one drives the runtime for
-//! all, the others wait for their own answers (tokio hands the driver's role on when it returns).
+//! loopback round trip of tens). Several threads may block at once: the first drives the
+//! runtime, the others park until their answers are written for them (one `unpark` each, by
+//! whichever thread drives), and when the first returns while others are parked the library's
+//! driver thread drives for them: the driving does not move from waiter to waiter.
 //! Between calls a housekeeping thread gives the runtime a few turns once a second (answering
 //! HTTP/2 PINGs, hanging up on a worker that is shutting down, evicting unused channels).
 //!
@@ -31,9 +33,12 @@
 //!   redials; the parent's are never touched there.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::runtime::Runtime;
 
 use libwool::connection::{Error, ErrorKind};
@@ -45,6 +50,13 @@ use libwool::process::PerProcess;
 struct LibraryRuntime {
     runtime: std::mem::ManuallyDrop<Runtime>,
     hosts_driving: AtomicUsize,
+    /// Host threads parked in a blocking call until its answer is written for them (see
+    /// [`block_on_call`]): while there is one and no host thread drives, the driver thread
+    /// drives.
+    hosts_parked: AtomicUsize,
+    /// Where parked host threads put their calls: a task on the runtime spawns them from
+    /// inside it (see [`spawn_parked_calls`]).
+    parked_calls: tokio::sync::mpsc::UnboundedSender<ParkedCall>,
     /// Host threads that have entered to drive, ever: the driver ticking sees from it whether a
     /// host came and went since its last tick.
     host_entries: AtomicUsize,
@@ -63,13 +75,14 @@ impl Drop for LibraryRuntime {
     }
 }
 
-/// Drives the runtime while calls started without blocking (`wool_*_start`) are in flight and
-/// no host thread is in the library to drive them: a thread of the library, started with the
-/// first started call, that sleeps otherwise. A host thread that enters the library to wait (a
-/// blocking call, `wool_queue_next`) takes the runtime over: the driver steps aside, and comes
-/// back once a whole [`DRIVER_TICK`] has passed with no host thread entering (the host leaving
-/// does not wake it: a host looping over `wool_queue_next` would otherwise hand the runtime
-/// over and take it back on every turn).
+/// Drives the runtime while calls started without blocking (`wool_*_start`), or the calls of
+/// host threads parked in a blocking call, are in flight and no host thread is in the library
+/// to drive them: a thread of the library, started with the first such call, that sleeps
+/// otherwise. A host thread that enters the library to wait (a blocking call, `wool_queue_next`)
+/// takes the runtime over: the driver steps aside, and comes back once a whole [`DRIVER_TICK`]
+/// has passed with no host thread entering (the host leaving does not wake it: a host looping
+/// over `wool_queue_next` would otherwise hand the runtime over and take it back on every
+/// turn), or at once when the last host thread driving leaves while others are parked.
 struct Driver {
     /// Started calls not yet finished (their futures not yet dropped).
     in_flight: AtomicUsize,
@@ -118,9 +131,14 @@ static RUNTIME: PerProcess<LibraryRuntime> = PerProcess::new();
 fn library() -> Result<&'static LibraryRuntime, Error> {
     RUNTIME.get_or_try_init(
         || {
+            let runtime = build()?;
+            let (parked_calls, calls) = tokio::sync::mpsc::unbounded_channel();
+            runtime.spawn(spawn_parked_calls(calls));
             Ok(LibraryRuntime {
-                runtime: std::mem::ManuallyDrop::new(build()?),
+                runtime: std::mem::ManuallyDrop::new(runtime),
                 hosts_driving: AtomicUsize::new(0),
+                hosts_parked: AtomicUsize::new(0),
+                parked_calls,
                 host_entries: AtomicUsize::new(0),
                 driver: Driver {
                     in_flight: AtomicUsize::new(0),
@@ -187,33 +205,132 @@ where
     })
 }
 
-/// As [`block_on`], for a call whose future owns what it uses (a poll, a stop). While other
-/// host threads are in the library, the call is not polled on this thread: it is spawned onto
-/// the runtime, so that only the thread driving touches the connection's HTTP/2 state (polled
-/// from many waiting threads, its lock and wake-ups are contended), and this thread waits for
-/// the task's result, taking the driving over when it comes free.
+/// As [`block_on`], for a call whose future owns what it uses (a poll, a stop). When no thread
+/// drives the runtime, the calling thread drives it for its own call (the sequential path: no
+/// hand-off). Otherwise the call is spawned onto the runtime, so that only the thread driving
+/// touches the connection's HTTP/2 state (polled from many waiting threads, its lock and
+/// wake-ups are contended), and this thread parks until the call's answer is written for it:
+/// whoever drives completes the calls of every parked thread in the same turns, waking each
+/// with one `unpark` (at most one futex wake), and the driving never moves between the waiting
+/// threads. While threads are parked and no host thread drives, the library's driver thread
+/// drives for them (see [`Driver`]).
 pub(crate) fn block_on_call<F>(future: F) -> Result<F::Output, Error>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let library = library()?;
-    if library.hosts_driving.load(Ordering::SeqCst) == 0
-        || tokio::runtime::Handle::try_current().is_ok()
-    {
+    if tokio::runtime::Handle::try_current().is_ok() {
         return block_on(future);
     }
-    let _host = HostDriving::begin(library);
-    let task = library.runtime.spawn(future);
-    match library.runtime.block_on(task) {
+    if library.nobody_drives() {
+        return block_on(future);
+    }
+    let _parked = HostParked::begin(library);
+    let answer = Arc::new(Answer::new());
+    let written = Arc::clone(&answer);
+    spawn_parked_call(
+        library,
+        Box::pin(async move { written.write(AssertUnwindSafe(future).catch_unwind().await) }),
+    );
+    match answer.wait(library) {
         Ok(output) => Ok(output),
-        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-        // Never aborted, and the runtime is never shut down: not expected.
-        Err(error) => Err(Error::new(
-            ErrorKind::Transient,
-            Some(tonic::Code::Unavailable),
-            format!("the library's runtime dropped the call: {error}"),
-        )),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// The answer to a call made by a parked host thread: written by the task that ran the call,
+/// taken by the thread that made it.
+struct Answer<T> {
+    output: std::sync::Mutex<Option<std::thread::Result<T>>>,
+    /// The host thread waiting for the answer.
+    waiter: std::thread::Thread,
+    /// For a waiter that drives the runtime itself (no other thread drives): woken as a task.
+    written: tokio::sync::Notify,
+}
+
+/// How long a parked host thread sleeps before it looks whether any thread drives the runtime:
+/// a wake-up of the driver lost to a race, or a driver thread that could not be started, costs
+/// at most this long.
+const PARKED_CHECK: Duration = Duration::from_millis(50);
+
+impl<T> Answer<T> {
+    fn new() -> Self {
+        Self {
+            output: std::sync::Mutex::new(None),
+            waiter: std::thread::current(),
+            written: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Writes the answer and wakes its waiter: an unpark if it is parked (one futex wake), a
+    /// permit if it drives.
+    fn write(&self, output: std::thread::Result<T>) {
+        *self.lock() = Some(output);
+        self.written.notify_one();
+        self.waiter.unpark();
+    }
+
+    fn take(&self) -> Option<std::thread::Result<T>> {
+        self.lock().take()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<std::thread::Result<T>>> {
+        self.output
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Parks the calling thread (the waiter) until the answer is written. A thread that wakes
+    /// to find no thread driving drives the runtime itself until its answer comes.
+    fn wait(&self, library: &'static LibraryRuntime) -> std::thread::Result<T> {
+        loop {
+            if let Some(output) = self.take() {
+                return output;
+            }
+            std::thread::park_timeout(PARKED_CHECK);
+            if let Some(output) = self.take() {
+                return output;
+            }
+            if library.hosts_driving.load(Ordering::SeqCst) == 0
+                && !library.driver.driving.load(Ordering::SeqCst)
+            {
+                let _host = HostDriving::begin(library);
+                library.runtime.block_on(self.written.notified());
+            }
+        }
+    }
+}
+
+/// The call of a parked host thread, on its way to the runtime.
+type ParkedCall = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Spawns the calls of parked host threads from inside the runtime. A spawn from outside it
+/// wakes the runtime's driver each time (an eventfd write a call); through this channel the
+/// many threads that park at once wake it once for all the calls it finds waiting.
+async fn spawn_parked_calls(mut calls: tokio::sync::mpsc::UnboundedReceiver<ParkedCall>) {
+    while let Some(call) = calls.recv().await {
+        tokio::spawn(call);
+    }
+}
+
+/// Hands a parked host thread's call to the runtime, counted in the driver's in-flight calls
+/// as a started call is, and wakes the driver at once if no host thread drives.
+fn spawn_parked_call(library: &'static LibraryRuntime, call: ParkedCall) {
+    let driver = &library.driver;
+    driver.in_flight.fetch_add(1, Ordering::SeqCst);
+    let counted = StartedCall(driver);
+    let call: ParkedCall = Box::pin(async move {
+        let _counted = counted;
+        call.await
+    });
+    if let Err(refused) = library.parked_calls.send(call) {
+        // The spawning task never ends while the runtime lives; spawn directly if it did.
+        library.runtime.spawn(refused.0);
+    }
+    driver.started.call_once(|| start_driver(library));
+    if library.hosts_driving.load(Ordering::SeqCst) == 0 {
+        driver.wake_unless_awake(true);
     }
 }
 
@@ -251,6 +368,48 @@ where
 {
     let library = library()?;
     Ok(spawn_task(library, future).abort_handle())
+}
+
+/// Starts each of `calls` on the library's runtime without blocking, as [`spawn`] does one,
+/// sharing what a start costs across the batch: one runtime lookup, one task handed to the
+/// runtime from this thread (it spawns the calls from inside the runtime, where a spawn is a
+/// push onto the local run queue rather than a remote wake) and at most one driver wake.
+/// `record` receives the calls' abort handles, in the order of `calls`, on the runtime's
+/// thread, before any of the calls has run.
+///
+/// Errors: as [`block_on`]'s runtime start; nothing is started then.
+pub(crate) fn spawn_batch<F, R>(calls: Vec<F>, record: R) -> Result<(), Error>
+where
+    F: Future<Output = ()> + Send + 'static,
+    R: FnOnce(Vec<tokio::task::AbortHandle>) + Send + 'static,
+{
+    let library = library()?;
+    let driver = &library.driver;
+    driver.in_flight.fetch_add(calls.len(), Ordering::SeqCst);
+    // Counted from now, so that the driver does not go to sleep between this start and the
+    // calls' spawns; a count drops with its call's future.
+    let counted: Vec<(StartedCall, F)> = calls
+        .into_iter()
+        .map(|call| (StartedCall(driver), call))
+        .collect();
+    library.runtime.spawn(async move {
+        let tasks = counted
+            .into_iter()
+            .map(|(counted, call)| {
+                tokio::spawn(async move {
+                    let _counted = counted;
+                    call.await
+                })
+                .abort_handle()
+            })
+            .collect();
+        record(tasks);
+    });
+    driver.started.call_once(|| start_driver(library));
+    if library.hosts_driving.load(Ordering::SeqCst) == 0 {
+        driver.wake_unless_awake(driver.descriptor_watched.load(Ordering::Relaxed));
+    }
+    Ok(())
 }
 
 /// Notes that a host waits on a queue's descriptor in its own loop (see
@@ -399,8 +558,41 @@ impl HostDriving {
 }
 
 impl Drop for HostDriving {
+    /// The last host thread to leave hands the driving to the driver thread at once if host
+    /// threads are parked waiting for their answers.
     fn drop(&mut self) {
-        self.0.hosts_driving.fetch_sub(1, Ordering::SeqCst);
+        if self.0.hosts_driving.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.0.hosts_parked.load(Ordering::SeqCst) > 0
+        {
+            self.0.driver.wake_unless_awake(true);
+        }
+    }
+}
+
+/// Counts one host thread parked in [`block_on_call`] for as long as it lives (a panic
+/// included).
+struct HostParked(&'static LibraryRuntime);
+
+impl HostParked {
+    fn begin(library: &'static LibraryRuntime) -> Self {
+        library.hosts_parked.fetch_add(1, Ordering::SeqCst);
+        HostParked(library)
+    }
+}
+
+impl Drop for HostParked {
+    fn drop(&mut self) {
+        self.0.hosts_parked.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl LibraryRuntime {
+    /// Whether no thread drives the runtime or waits for it to be driven: a blocking call then
+    /// drives it itself.
+    fn nobody_drives(&self) -> bool {
+        self.hosts_driving.load(Ordering::SeqCst) == 0
+            && !self.driver.driving.load(Ordering::SeqCst)
+            && self.hosts_parked.load(Ordering::SeqCst) == 0
     }
 }
 
@@ -465,15 +657,24 @@ mod tests {
         assert_ne!(ran_on.as_deref(), Some("wool-driver"));
     }
 
+    /// Starts a host thread driving the runtime until the sender is used; returns once it
+    /// drives.
+    fn host_driving() -> (
+        tokio::sync::oneshot::Sender<()>,
+        std::thread::JoinHandle<Option<Result<(), tokio::sync::oneshot::error::RecvError>>>,
+    ) {
+        let (release_tx, release) = tokio::sync::oneshot::channel::<()>();
+        let host = std::thread::spawn(move || drive_until(release).unwrap());
+        while library().unwrap().hosts_driving.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        (release_tx, host)
+    }
+
     /// Runs `body` while a host thread is in the library driving, so that blocking calls made
     /// meanwhile take the path of many callers at once.
     fn while_a_host_drives<T>(body: impl FnOnce() -> T) -> T {
-        let (release_tx, release) = tokio::sync::oneshot::channel::<()>();
-        let host = std::thread::spawn(move || drive_until(release).unwrap());
-        let library = library().unwrap();
-        while library.hosts_driving.load(Ordering::SeqCst) == 0 {
-            std::thread::yield_now();
-        }
+        let (release_tx, host) = host_driving();
         let output = body();
         release_tx.send(()).unwrap();
         host.join().unwrap();
@@ -499,10 +700,35 @@ mod tests {
                 .map(|caller| caller.join().unwrap())
                 .collect::<Vec<_>>()
         });
-        // Which thread polls a call is not fixed: when one caller's wait ends it hands the
-        // runtime's core to another waiting caller, which then runs every ready task (its own
-        // too). What is fixed is that each caller gets its own answer back.
+        // Each caller is parked while the host drives: its call runs on the host's thread and
+        // its own answer is written for it.
         assert_eq!(answers, (0..64).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn parked_callers_are_answered_after_the_driving_host_leaves() {
+        // The host drives while 16 callers park, and leaves before their calls end: the driver
+        // thread (or a parked caller that finds nobody driving) drives them to their answers.
+        let (release_tx, host) = host_driving();
+        let library = library().unwrap();
+        let callers: Vec<_> = (0..16)
+            .map(|caller| {
+                std::thread::spawn(move || {
+                    block_on_call(async move {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        caller
+                    })
+                    .unwrap()
+                })
+            })
+            .collect();
+        while library.hosts_parked.load(Ordering::SeqCst) < 16 {
+            std::thread::yield_now();
+        }
+        release_tx.send(()).unwrap();
+        host.join().unwrap();
+        let answers: Vec<_> = callers.into_iter().map(|c| c.join().unwrap()).collect();
+        assert_eq!(answers, (0..16).collect::<Vec<_>>());
     }
 
     #[test]

@@ -10,9 +10,10 @@ use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
@@ -192,32 +193,34 @@ impl AsyncWrite for Socket {
     }
 }
 
-/// A connection's stream (plaintext or TLS) that says when the worker's first bytes arrive.
-/// Every HTTP/2 server's first frame is its SETTINGS, so until then the connection is not set
-/// up, and the dial waits for them within the connect timeout (as gRPC's client waits for them
-/// before it calls a connection ready). Only the first read that gives bytes looks; after it
-/// this is a plain pass-through.
-pub(crate) struct Heard<T> {
+/// A connection's stream (plaintext or TLS) that says when the worker's first bytes arrive,
+/// and keeps when it was last heard from. Every HTTP/2 server's first frame is its SETTINGS, so
+/// until then the connection is not set up, and the dial waits for them within the connect
+/// timeout (as gRPC's client waits for them before it calls a connection ready). After that,
+/// each read that gives bytes marks the time in [`LastHeard`].
+pub(crate) struct FirstBytes<T> {
     inner: T,
     first_bytes: Option<Arc<tokio::sync::Notify>>,
+    heard: Arc<LastHeard>,
 }
 
-impl<T> Heard<T> {
-    /// Wraps `inner`; the returned [`Notify`](tokio::sync::Notify) gets one permit when the
-    /// peer's first bytes are read.
-    pub(crate) fn new(inner: T) -> (Self, Arc<tokio::sync::Notify>) {
+impl<T> FirstBytes<T> {
+    /// Wraps `inner`, marking each read that gives bytes in `heard`; the returned
+    /// [`Notify`](tokio::sync::Notify) gets one permit when the peer's first bytes are read.
+    pub(crate) fn new(inner: T, heard: Arc<LastHeard>) -> (Self, Arc<tokio::sync::Notify>) {
         let notify = Arc::new(tokio::sync::Notify::new());
         (
             Self {
                 inner,
                 first_bytes: Some(Arc::clone(&notify)),
+                heard,
             },
             notify,
         )
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for Heard<T> {
+impl<T: AsyncRead + Unpin> AsyncRead for FirstBytes<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -227,6 +230,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Heard<T> {
         let before = buf.filled().len();
         ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
         if buf.filled().len() > before {
+            this.heard.mark();
             if let Some(notify) = this.first_bytes.take() {
                 notify.notify_one();
             }
@@ -235,35 +239,42 @@ impl<T: AsyncRead + Unpin> AsyncRead for Heard<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Heard<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+/// When a connection's peer was last heard from (a read that gave bytes), on the monotonic
+/// clock, in nanoseconds since the connection was made. Written by the connection's reads,
+/// read by calls deciding whether to ask the socket if the peer hung up; no lock.
+#[derive(Debug)]
+pub(crate) struct LastHeard {
+    since: std::time::Instant,
+    /// Nanoseconds from `since` to the last read that gave bytes; [`NEVER`](Self::NEVER) before one.
+    nanos: AtomicU64,
+}
+
+impl LastHeard {
+    const NEVER: u64 = u64::MAX;
+
+    pub(crate) fn new() -> Self {
+        Self {
+            since: std::time::Instant::now(),
+            nanos: AtomicU64::new(Self::NEVER),
+        }
     }
 
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    fn now(&self) -> u64 {
+        u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(Self::NEVER - 1)
     }
 
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+    fn mark(&self) {
+        self.nanos.store(self.now(), Ordering::Relaxed);
     }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    /// Whether the peer was heard from less than `bound` ago.
+    pub(crate) fn within(&self, bound: Duration) -> bool {
+        let last = self.nanos.load(Ordering::Relaxed);
+        last != Self::NEVER && u128::from(self.now().saturating_sub(last)) < bound.as_nanos()
     }
 }
+
+write_through_to_inner!(FirstBytes);
 
 /// A client TLS stream that keeps the first TLS failure it meets after the handshake. Under
 /// TLS 1.3 a worker that rejects this client's certificate says so with an alert after the

@@ -72,7 +72,12 @@ const KEYS: &[&str] = &[
     "workerTlsCert",
     "workerTlsKey",
     "workerTlsServerName",
+    "podSelector",
+    "deletionCost",
 ];
+
+/// The longest `podSelector` (bytes): far longer than any label selector a person writes.
+pub(crate) const MAX_SELECTOR_BYTES: usize = 4096;
 
 /// Where a fleet's workers come from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -83,6 +88,13 @@ pub(crate) enum Source {
     Dns { name: String, port: u16 },
     /// A fixed list of targets.
     Targets(Vec<String>),
+    /// The pods a label selector picks in the ScaledObject's namespace, watched through the
+    /// Kubernetes API; each Ready pod with an IP is a worker at `podIP:port`.
+    Pods {
+        namespace: String,
+        selector: String,
+        port: u16,
+    },
 }
 
 impl std::fmt::Display for Source {
@@ -92,6 +104,11 @@ impl std::fmt::Display for Source {
             Source::Namespace { name, lan: true } => write!(f, "namespace {name} (LAN)"),
             Source::Dns { name, port } => write!(f, "DNS {name} port {port}"),
             Source::Targets(targets) => write!(f, "{} listed targets", targets.len()),
+            Source::Pods {
+                namespace,
+                selector,
+                port,
+            } => write!(f, "pods {selector} in {namespace} port {port}"),
         }
     }
 }
@@ -115,7 +132,7 @@ pub(crate) struct TlsFiles {
 
 /// One ScaledObject's fleet, as its `scalerMetadata` describes it.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct FleetSpec {
+pub(crate) struct TriggerSpec {
     pub(crate) source: Source,
     /// A worker idle for less than this is busy (default 5 min).
     pub(crate) idle_threshold: Duration,
@@ -129,17 +146,85 @@ pub(crate) struct FleetSpec {
     pub(crate) unreachable_as: CountAs,
     pub(crate) idle_unavailable_as: CountAs,
     pub(crate) tls: Option<TlsFiles>,
+    /// Whether the idlest pods of a pod group get a low pod deletion cost when the metric
+    /// means fewer replicas (`deletionCost: "true"`; default false).
+    pub(crate) deletion_cost: bool,
 }
 
-impl FleetSpec {
+impl TriggerSpec {
     /// Reads `metadata`. A key ending in `FromEnv` (KEDA resolves its value from the workload's
-    /// environment) counts as the key without that suffix.
+    /// environment) counts as the key without that suffix. Each setting is read by its own
+    /// parser below ([`Keys`], [`source`], [`target_value`], [`sweep_timeout`], [`count_as`],
+    /// [`tls_files`]).
     ///
     /// Errors: [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument), naming the
-    /// key, for an unknown key, a bad value, none or more than one of `namespace`, `dnsName`
-    /// and `targets`, or half of a client certificate and key.
+    /// key, for an unknown key, a bad value, none or more than one of `namespace`, `dnsName`,
+    /// `targets` and `podSelector`, or half of a client certificate and key.
+    #[cfg(test)]
     pub(crate) fn from_metadata(metadata: &HashMap<String, String>) -> Result<Self, Error> {
-        let mut values: BTreeMap<&str, &str> = BTreeMap::new();
+        Self::from_metadata_in(metadata, "")
+    }
+
+    /// Reads `metadata` of a ScaledObject in Kubernetes namespace `namespace` (where a
+    /// `podSelector` picks pods), as [`from_metadata`](Self::from_metadata) says.
+    pub(crate) fn from_metadata_in(
+        metadata: &HashMap<String, String>,
+        namespace: &str,
+    ) -> Result<Self, Error> {
+        let keys = Keys::read(metadata)?;
+        let source = source(&keys, namespace)?;
+        Ok(Self {
+            deletion_cost: deletion_cost(&keys, &source)?,
+            source,
+            idle_threshold: keys.duration(
+                "idleThreshold",
+                Duration::from_secs(300),
+                MAX_IDLE_THRESHOLD,
+            )?,
+            target_value: target_value(keys.get("targetValue"))?,
+            max_sweep_age: keys.duration("maxSweepAge", Duration::from_secs(5), MAX_SWEEP_AGE)?,
+            sweep_timeout: sweep_timeout(&keys)?,
+            unreachable_as: count_as(&keys, "unreachableAs")?,
+            idle_unavailable_as: count_as(&keys, "idleUnavailableAs")?,
+            tls: tls_files(&keys)?,
+        })
+    }
+
+    /// What identifies the fleet: ScaledObjects whose metadata agree on the workers, on how to
+    /// reach them and on the sweep's deadline share one fleet, and so one sweep.
+    pub(crate) fn group_key(&self) -> GroupKey {
+        GroupKey {
+            source: self.source.clone(),
+            tls: self.tls.clone(),
+            sweep_timeout: self.sweep_timeout,
+        }
+    }
+}
+
+/// The part of a [`TriggerSpec`] that names a fleet (see [`TriggerSpec::group_key`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct GroupKey {
+    pub(crate) source: Source,
+    pub(crate) tls: Option<TlsFiles>,
+    /// Part of the key: a sweep made under one ScaledObject's deadline is no answer for one
+    /// that allows another.
+    pub(crate) sweep_timeout: Duration,
+}
+
+/// A metadata map's values by the key this scaler knows them as (a `FromEnv` key as the key
+/// without the suffix; KEDA's own keys left out), trimmed; an empty value counts as absent.
+#[derive(Debug, Default)]
+pub(crate) struct Keys<'a> {
+    values: BTreeMap<&'static str, &'a str>,
+}
+
+impl<'a> Keys<'a> {
+    /// Reads which keys `metadata` gives.
+    ///
+    /// Errors: an unknown key (the message lists the known ones), or a key given both
+    /// directly and as `…FromEnv`.
+    pub(crate) fn read(metadata: &'a HashMap<String, String>) -> Result<Self, Error> {
+        let mut values = BTreeMap::new();
         for (key, value) in metadata {
             if KEDA_KEYS.contains(&key.as_str()) {
                 continue;
@@ -151,223 +236,309 @@ impl FleetSpec {
                     KEYS.join(", ")
                 )));
             };
-            if values.insert(known, value.trim()).is_some() {
+            if values.insert(*known, value.trim()).is_some() {
                 return Err(invalid(format!(
                     "{name:?} is given twice (also as {name}FromEnv)"
                 )));
             }
         }
-        let get = |key: &str| values.get(key).copied().filter(|v| !v.is_empty());
-        // Every duration has an upper bound, so that no arithmetic on it (an `Instant` plus
-        // it, a timer) can overflow, whatever the text says.
-        let duration = |key: &str, default: Duration, max: Duration| -> Result<Duration, Error> {
-            let Some(text) = get(key) else {
-                return Ok(default);
-            };
-            let value = parse_duration(text).map_err(|e| invalid(format!("{key}: {e}")))?;
-            if value > max {
-                return Err(invalid(format!(
-                    "{key} must be at most {} s, got {text:?}",
-                    max.as_secs()
-                )));
-            }
-            Ok(value)
-        };
-        let positive = |key: &str, default: Duration, max: Duration| -> Result<Duration, Error> {
-            let value = duration(key, default, max)?;
-            if value.is_zero() {
-                return Err(invalid(format!("{key} must be positive")));
-            }
-            Ok(value)
-        };
-        let source = match (get("namespace"), get("dnsName"), get("targets")) {
-            (Some(name), None, None) => Source::Namespace {
-                name: {
-                    if name.len() > MAX_NAMESPACE_BYTES {
-                        return Err(invalid(format!(
-                            "namespace is {} bytes long, more than {MAX_NAMESPACE_BYTES}",
-                            name.len()
-                        )));
-                    }
-                    name.to_owned()
-                },
-                lan: match get("discovery").unwrap_or("local") {
-                    "local" => false,
-                    "lan" => true,
-                    other => {
-                        return Err(invalid(format!(
-                            "discovery must be \"local\" or \"lan\", got {other:?}"
-                        )))
-                    }
-                },
-            },
-            (None, Some(name), None) => {
-                check_dns_name(name)?;
-                let port = get("port")
-                    .ok_or_else(|| invalid("dnsName needs a port (the workers' port)"))?;
-                let port = port
-                    .parse::<u16>()
-                    .ok()
-                    .filter(|p| *p != 0)
-                    .ok_or_else(|| invalid(format!("port must be 1 to 65535, got {port:?}")))?;
-                Source::Dns {
-                    name: name.to_owned(),
-                    port,
-                }
-            }
-            (None, None, Some(list)) => {
-                let targets: Vec<String> = list
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|t| !t.is_empty())
-                    .map(str::to_owned)
-                    .collect();
-                if targets.is_empty() {
-                    return Err(invalid("targets lists no target"));
-                }
-                if targets.len() > MAX_TARGETS {
-                    return Err(invalid(format!(
-                        "targets lists {} targets, more than {MAX_TARGETS}: name a fleet this \
-                         large by dnsName or namespace",
-                        targets.len()
-                    )));
-                }
-                for target in &targets {
-                    if target.len() > MAX_TARGET_BYTES {
-                        return Err(invalid(format!(
-                            "targets: a target of {} bytes, more than {MAX_TARGET_BYTES}",
-                            target.len()
-                        )));
-                    }
-                    crate::connection::Target::parse(target)
-                        .map_err(|e| invalid(format!("targets: {target:?}: {}", e.message())))?;
-                }
-                Source::Targets(targets)
-            }
-            (None, None, None) => {
-                return Err(invalid(
-                    "say which workers: one of namespace (a Wool discovery namespace), \
-                     dnsName with port (e.g. a headless Service), or targets (comma-separated)",
-                ))
-            }
-            _ => return Err(invalid("give only one of namespace, dnsName and targets")),
-        };
-        if get("discovery").is_some() && !matches!(source, Source::Namespace { .. }) {
-            return Err(invalid("discovery applies to namespace only"));
-        }
-        if get("port").is_some() && !matches!(source, Source::Dns { .. }) {
-            return Err(invalid("port applies to dnsName only"));
-        }
-        let target_value = match get("targetValue") {
-            None => 1.0,
-            Some(text) => text
-                .parse::<f64>()
-                .ok()
-                .filter(|v| TARGET_VALUE_RANGE.contains(v))
-                .ok_or_else(|| {
-                    invalid(format!(
-                        "targetValue must be a number of busy workers per replica from {} to {}, \
-                         got {text:?}",
-                        TARGET_VALUE_RANGE.start(),
-                        TARGET_VALUE_RANGE.end()
-                    ))
-                })?,
-        };
-        let count_as = |key: &str| match get(key).unwrap_or("busy") {
-            "busy" => Ok(CountAs::Busy),
-            "idle" => Ok(CountAs::Idle),
-            other => Err(invalid(format!(
-                "{key} must be \"busy\" or \"idle\", got {other:?}"
-            ))),
-        };
-        let tls = match (
-            get("workerTlsCa"),
-            get("workerTlsCert"),
-            get("workerTlsKey"),
-        ) {
-            (None, None, None) => {
-                if get("workerTlsServerName").is_some() {
-                    return Err(invalid("workerTlsServerName needs workerTlsCa"));
-                }
-                None
-            }
-            (None, _, _) => return Err(invalid(
-                "workerTlsCert and workerTlsKey need workerTlsCa (the CA to verify workers with)",
-            )),
-            (Some(ca), cert, key) => {
-                for (name, path) in [
-                    ("workerTlsCa", Some(ca)),
-                    ("workerTlsCert", cert),
-                    ("workerTlsKey", key),
-                ] {
-                    if path.is_some_and(|p| p.len() > MAX_PATH_BYTES) {
-                        return Err(invalid(format!(
-                            "{name} is longer than {MAX_PATH_BYTES} bytes"
-                        )));
-                    }
-                }
-                if get("workerTlsServerName").is_some_and(|n| n.len() > MAX_SERVER_NAME_BYTES) {
-                    return Err(invalid(format!(
-                        "workerTlsServerName is longer than {MAX_SERVER_NAME_BYTES} bytes"
-                    )));
-                }
-                Some(TlsFiles {
-                    ca: ca.into(),
-                    client: match (cert, key) {
-                        (Some(cert), Some(key)) => Some((cert.into(), key.into())),
-                        (None, None) => None,
-                        _ => return Err(invalid(
-                            "give workerTlsCert and workerTlsKey together (mutual TLS), or neither",
-                        )),
-                    },
-                    server_name: get("workerTlsServerName").map(str::to_owned),
-                })
-            }
-        };
-        Ok(Self {
-            source,
-            idle_threshold: duration(
-                "idleThreshold",
-                Duration::from_secs(300),
-                MAX_IDLE_THRESHOLD,
-            )?,
-            target_value,
-            max_sweep_age: duration("maxSweepAge", Duration::from_secs(5), MAX_SWEEP_AGE)?,
-            sweep_timeout: {
-                let timeout = positive("sweepTimeout", Duration::from_secs(5), MAX_SWEEP_TIMEOUT)?;
-                if timeout < MIN_SWEEP_TIMEOUT {
-                    return Err(invalid(format!(
-                        "sweepTimeout must be at least {} ms",
-                        MIN_SWEEP_TIMEOUT.as_millis()
-                    )));
-                }
-                timeout
-            },
-            unreachable_as: count_as("unreachableAs")?,
-            idle_unavailable_as: count_as("idleUnavailableAs")?,
-            tls,
-        })
+        Ok(Self { values })
     }
 
-    /// What identifies the fleet: ScaledObjects whose metadata agree on the workers, on how to
-    /// reach them and on the sweep's deadline share one fleet, and so one sweep.
-    pub(crate) fn fleet_key(&self) -> FleetKey {
-        FleetKey {
-            source: self.source.clone(),
-            tls: self.tls.clone(),
-            sweep_timeout: self.sweep_timeout,
+    /// `key`'s value, if given and not empty.
+    pub(crate) fn get(&self, key: &str) -> Option<&'a str> {
+        self.values.get(key).copied().filter(|v| !v.is_empty())
+    }
+
+    /// `key` as a duration ([`parse_duration`]: `90`, `1.5s`, `5m`, ...), `default` when
+    /// absent. Every duration has an upper bound, `max`, so that no arithmetic on it (an
+    /// `Instant` plus it, a timer) can overflow, whatever the text says.
+    ///
+    /// Errors: not a duration, or longer than `max`.
+    pub(crate) fn duration(
+        &self,
+        key: &str,
+        default: Duration,
+        max: Duration,
+    ) -> Result<Duration, Error> {
+        let Some(text) = self.get(key) else {
+            return Ok(default);
+        };
+        let value = parse_duration(text).map_err(|e| invalid(format!("{key}: {e}")))?;
+        if value > max {
+            return Err(invalid(format!(
+                "{key} must be at most {} s, got {text:?}",
+                max.as_secs()
+            )));
         }
+        Ok(value)
     }
 }
 
-/// The part of a [`FleetSpec`] that names a fleet (see [`FleetSpec::fleet_key`]).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct FleetKey {
-    pub(crate) source: Source,
-    pub(crate) tls: Option<TlsFiles>,
-    /// Part of the key: a sweep made under one ScaledObject's deadline is no answer for one
-    /// that allows another.
-    pub(crate) sweep_timeout: Duration,
+/// Where the workers come from: exactly one of `namespace` (with `discovery`), `dnsName` (with
+/// `port`), `targets` and `podSelector` (with `port`; its pods in `namespace`, the
+/// ScaledObject's).
+///
+/// Errors: none or more than one source, a setting given for a source it does not apply to,
+/// or a bad value of the source's own keys.
+pub(crate) fn source(keys: &Keys, namespace: &str) -> Result<Source, Error> {
+    if let Some(selector) = keys.get("podSelector") {
+        if keys.get("namespace").is_some()
+            || keys.get("dnsName").is_some()
+            || keys.get("targets").is_some()
+        {
+            return Err(invalid(
+                "give only one of namespace, dnsName, targets and podSelector",
+            ));
+        }
+        if keys.get("discovery").is_some() {
+            return Err(invalid("discovery applies to namespace only"));
+        }
+        if selector.len() > MAX_SELECTOR_BYTES {
+            return Err(invalid(format!(
+                "podSelector is {} bytes long, more than {MAX_SELECTOR_BYTES}",
+                selector.len()
+            )));
+        }
+        if namespace.is_empty() {
+            return Err(invalid(
+                "podSelector needs the ScaledObject's namespace (KEDA sends it with each call)",
+            ));
+        }
+        return Ok(Source::Pods {
+            namespace: namespace.to_owned(),
+            selector: selector.to_owned(),
+            port: port(keys.get("port"), "podSelector")?,
+        });
+    }
+    let source = match (
+        keys.get("namespace"),
+        keys.get("dnsName"),
+        keys.get("targets"),
+    ) {
+        (Some(name), None, None) => {
+            if name.len() > MAX_NAMESPACE_BYTES {
+                return Err(invalid(format!(
+                    "namespace is {} bytes long, more than {MAX_NAMESPACE_BYTES}",
+                    name.len()
+                )));
+            }
+            let lan = match keys.get("discovery").unwrap_or("local") {
+                "local" => false,
+                "lan" => true,
+                other => {
+                    return Err(invalid(format!(
+                        "discovery must be \"local\" or \"lan\", got {other:?}"
+                    )))
+                }
+            };
+            Source::Namespace {
+                name: name.to_owned(),
+                lan,
+            }
+        }
+        (None, Some(name), None) => {
+            check_dns_name(name)?;
+            let port = port(keys.get("port"), "dnsName")?;
+            Source::Dns {
+                name: name.to_owned(),
+                port,
+            }
+        }
+        (None, None, Some(list)) => Source::Targets(targets(list)?),
+        (None, None, None) => {
+            return Err(invalid(
+                "say which workers: one of namespace (a Wool discovery namespace), \
+                 dnsName with port (e.g. a headless Service), targets (comma-separated), or podSelector with port (pods in the ScaledObject's namespace)",
+            ))
+        }
+        _ => {
+            return Err(invalid(
+                "give only one of namespace, dnsName, targets and podSelector",
+            ))
+        }
+    };
+    if keys.get("discovery").is_some() && !matches!(source, Source::Namespace { .. }) {
+        return Err(invalid("discovery applies to namespace only"));
+    }
+    if keys.get("port").is_some() && !matches!(source, Source::Dns { .. }) {
+        return Err(invalid("port applies to dnsName and podSelector only"));
+    }
+    Ok(source)
+}
+
+/// A comma-separated `targets` list: empty entries skipped, at most [`MAX_TARGETS`] of at
+/// most [`MAX_TARGET_BYTES`] each, every one a target
+/// [`Target::parse`](crate::connection::Target::parse) reads.
+///
+/// Errors: no target, too many, one too long, or one that is no target.
+pub(crate) fn targets(list: &str) -> Result<Vec<String>, Error> {
+    let targets: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if targets.is_empty() {
+        return Err(invalid("targets lists no target"));
+    }
+    if targets.len() > MAX_TARGETS {
+        return Err(invalid(format!(
+            "targets lists {} targets, more than {MAX_TARGETS}: name a fleet this large by \
+             dnsName or namespace",
+            targets.len()
+        )));
+    }
+    for target in &targets {
+        if target.len() > MAX_TARGET_BYTES {
+            return Err(invalid(format!(
+                "targets: a target of {} bytes, more than {MAX_TARGET_BYTES}",
+                target.len()
+            )));
+        }
+        crate::connection::Target::parse(target)
+            .map_err(|e| invalid(format!("targets: {target:?}: {}", e.message())))?;
+    }
+    Ok(targets)
+}
+
+/// The workers' `port`, which the source named `needed_by` requires: 1 to 65535.
+///
+/// Errors: absent, or not a port.
+pub(crate) fn port(text: Option<&str>, needed_by: &str) -> Result<u16, Error> {
+    let text =
+        text.ok_or_else(|| invalid(format!("{needed_by} needs a port (the workers' port)")))?;
+    text.parse::<u16>()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| invalid(format!("port must be 1 to 65535, got {text:?}")))
+}
+
+/// `deletionCost`: `"true"` or `"false"` (the default); true for a `podSelector` source only.
+///
+/// Errors: another value, or true for another source.
+pub(crate) fn deletion_cost(keys: &Keys, source: &Source) -> Result<bool, Error> {
+    let on = match keys.get("deletionCost").unwrap_or("false") {
+        "true" => true,
+        "false" => false,
+        other => {
+            return Err(invalid(format!(
+                "deletionCost must be \"true\" or \"false\", got {other:?}"
+            )))
+        }
+    };
+    if on && !matches!(source, Source::Pods { .. }) {
+        return Err(invalid(
+            "deletionCost applies to podSelector only (the scaler annotates the pods it watches)",
+        ));
+    }
+    Ok(on)
+}
+
+/// `targetValue`: busy workers per replica, within [`TARGET_VALUE_RANGE`]; 1 when absent.
+///
+/// Errors: not a number, or out of the range.
+pub(crate) fn target_value(text: Option<&str>) -> Result<f64, Error> {
+    let Some(text) = text else {
+        return Ok(1.0);
+    };
+    text.parse::<f64>()
+        .ok()
+        .filter(|v| TARGET_VALUE_RANGE.contains(v))
+        .ok_or_else(|| {
+            invalid(format!(
+                "targetValue must be a number of busy workers per replica from {} to {}, got \
+                 {text:?}",
+                TARGET_VALUE_RANGE.start(),
+                TARGET_VALUE_RANGE.end()
+            ))
+        })
+}
+
+/// `sweepTimeout`: from [`MIN_SWEEP_TIMEOUT`] to [`MAX_SWEEP_TIMEOUT`], 5 s when absent.
+///
+/// Errors: not a duration, or out of that range.
+pub(crate) fn sweep_timeout(keys: &Keys) -> Result<Duration, Error> {
+    let timeout = keys.duration("sweepTimeout", Duration::from_secs(5), MAX_SWEEP_TIMEOUT)?;
+    if timeout.is_zero() {
+        return Err(invalid("sweepTimeout must be positive"));
+    }
+    if timeout < MIN_SWEEP_TIMEOUT {
+        return Err(invalid(format!(
+            "sweepTimeout must be at least {} ms",
+            MIN_SWEEP_TIMEOUT.as_millis()
+        )));
+    }
+    Ok(timeout)
+}
+
+/// How `key` (`unreachableAs`, `idleUnavailableAs`) says to count a worker whose state could
+/// not be read: `busy` (the default) or `idle`.
+///
+/// Errors: any other value.
+pub(crate) fn count_as(keys: &Keys, key: &str) -> Result<CountAs, Error> {
+    match keys.get(key).unwrap_or("busy") {
+        "busy" => Ok(CountAs::Busy),
+        "idle" => Ok(CountAs::Idle),
+        other => Err(invalid(format!(
+            "{key} must be \"busy\" or \"idle\", got {other:?}"
+        ))),
+    }
+}
+
+/// The TLS files to reach the workers with: `workerTlsCa`, optionally `workerTlsCert` with
+/// `workerTlsKey`, and `workerTlsServerName`; `None` when none is given. Paths are checked
+/// for length only here (the target group reads them).
+///
+/// Errors: a certificate, key or server name without a CA, half of a client pair, or a path
+/// or name past its length bound.
+pub(crate) fn tls_files(keys: &Keys) -> Result<Option<TlsFiles>, Error> {
+    let server_name = keys.get("workerTlsServerName");
+    let (ca, cert, key) =
+        match (
+            keys.get("workerTlsCa"),
+            keys.get("workerTlsCert"),
+            keys.get("workerTlsKey"),
+        ) {
+            (None, None, None) if server_name.is_some() => {
+                return Err(invalid("workerTlsServerName needs workerTlsCa"))
+            }
+            (None, None, None) => return Ok(None),
+            (None, _, _) => return Err(invalid(
+                "workerTlsCert and workerTlsKey need workerTlsCa (the CA to verify workers with)",
+            )),
+            (Some(ca), cert, key) => (ca, cert, key),
+        };
+    for (name, path) in [
+        ("workerTlsCa", Some(ca)),
+        ("workerTlsCert", cert),
+        ("workerTlsKey", key),
+    ] {
+        if path.is_some_and(|p| p.len() > MAX_PATH_BYTES) {
+            return Err(invalid(format!(
+                "{name} is longer than {MAX_PATH_BYTES} bytes"
+            )));
+        }
+    }
+    if server_name.is_some_and(|n| n.len() > MAX_SERVER_NAME_BYTES) {
+        return Err(invalid(format!(
+            "workerTlsServerName is longer than {MAX_SERVER_NAME_BYTES} bytes"
+        )));
+    }
+    let client = match (cert, key) {
+        (Some(cert), Some(key)) => Some((cert.into(), key.into())),
+        (None, None) => None,
+        _ => {
+            return Err(invalid(
+                "give workerTlsCert and workerTlsKey together (mutual TLS), or neither",
+            ))
+        }
+    };
+    Ok(Some(TlsFiles {
+        ca: ca.into(),
+        client,
+        server_name: server_name.map(str::to_owned),
+    }))
 }
 
 /// A `dnsName` must be a DNS name (the port goes in `port`).
@@ -384,13 +555,147 @@ fn invalid(message: impl Into<String>) -> Error {
 mod tests {
     use super::*;
 
-    fn read(pairs: &[(&str, &str)]) -> Result<FleetSpec, Error> {
-        FleetSpec::from_metadata(
+    fn read(pairs: &[(&str, &str)]) -> Result<TriggerSpec, Error> {
+        TriggerSpec::from_metadata(
             &pairs
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         )
+    }
+
+    fn keys(map: &HashMap<String, String>) -> Keys<'_> {
+        Keys::read(map).unwrap()
+    }
+
+    fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn keys_read_known_names_from_env_and_skip_kedas() {
+        let given = map(&[
+            ("namespace", " batch "),
+            ("idleThresholdFromEnv", "IDLE"),
+            ("scalerAddress", "scaler:9090"),
+            ("port", ""),
+        ]);
+        let keys = keys(&given);
+        assert_eq!(keys.get("namespace"), Some("batch"));
+        assert_eq!(keys.get("idleThreshold"), Some("IDLE"));
+        assert_eq!(keys.get("scalerAddress"), None);
+        assert_eq!(keys.get("port"), None, "an empty value is absent");
+        let unknown = Keys::read(&map(&[("idleTreshold", "1")])).unwrap_err();
+        assert!(unknown.message().contains("known: namespace"), "{unknown}");
+        let twice = map(&[("port", "1"), ("portFromEnv", "P")]);
+        assert!(Keys::read(&twice).unwrap_err().message().contains("twice"));
+    }
+
+    #[test]
+    fn a_duration_has_a_default_and_a_bound() {
+        let given = map(&[("maxSweepAge", "90"), ("idleThreshold", "2h")]);
+        let keys = keys(&given);
+        let max = Duration::from_secs(3600);
+        let read = |key| keys.duration(key, Duration::from_secs(7), max);
+        assert_eq!(read("maxSweepAge").unwrap(), Duration::from_secs(90));
+        assert_eq!(read("sweepTimeout").unwrap(), Duration::from_secs(7));
+        let past = read("idleThreshold").unwrap_err();
+        assert!(past.message().contains("at most 3600 s"), "{past}");
+    }
+
+    #[test]
+    fn the_source_parsers_read_and_refuse_alone() {
+        assert_eq!(port(Some("50051"), "dnsName").unwrap(), 50051);
+        assert!(port(None, "dnsName")
+            .unwrap_err()
+            .message()
+            .contains("dnsName needs a port"));
+        assert!(port(Some("0"), "dnsName").is_err());
+        assert_eq!(targets("a:1, ,b:2").unwrap(), vec!["a:1", "b:2"]);
+        assert!(targets(",").unwrap_err().message().contains("no target"));
+        let lan = map(&[("namespace", "n"), ("discovery", "lan")]);
+        assert_eq!(
+            source(&keys(&lan), "").unwrap(),
+            Source::Namespace {
+                name: "n".into(),
+                lan: true
+            }
+        );
+        let stray = map(&[("targets", "a:1"), ("discovery", "lan")]);
+        let error = source(&keys(&stray), "").unwrap_err();
+        assert!(error.message().contains("discovery applies"), "{error}");
+        let pods = map(&[("podSelector", "app=wool"), ("port", "50051")]);
+        assert_eq!(
+            source(&keys(&pods), "batch").unwrap(),
+            Source::Pods {
+                namespace: "batch".into(),
+                selector: "app=wool".into(),
+                port: 50051
+            }
+        );
+        let error = source(&keys(&pods), "").unwrap_err();
+        assert!(error.message().contains("namespace"), "{error}");
+        let no_port = map(&[("podSelector", "app=wool")]);
+        let error = source(&keys(&no_port), "batch").unwrap_err();
+        assert!(
+            error.message().contains("podSelector needs a port"),
+            "{error}"
+        );
+        let long = "a".repeat(MAX_SELECTOR_BYTES + 1);
+        let long = map(&[("podSelector", &long), ("port", "1")]);
+        let error = source(&keys(&long), "batch").unwrap_err();
+        assert!(error.message().contains("more than 4096"), "{error}");
+        let two = map(&[("podSelector", "a=b"), ("targets", "h:1"), ("port", "1")]);
+        assert!(source(&keys(&two), "batch").is_err());
+    }
+
+    #[test]
+    fn deletion_cost_is_for_pods_only() {
+        let pods = Source::Pods {
+            namespace: "n".into(),
+            selector: "a=b".into(),
+            port: 1,
+        };
+        let on = map(&[("deletionCost", "true")]);
+        assert!(deletion_cost(&keys(&on), &pods).unwrap());
+        assert!(!deletion_cost(&keys(&map(&[])), &pods).unwrap());
+        let targets = Source::Targets(vec!["h:1".into()]);
+        let error = deletion_cost(&keys(&on), &targets).unwrap_err();
+        assert!(error.message().contains("podSelector only"), "{error}");
+        let bad = map(&[("deletionCost", "yes")]);
+        assert!(deletion_cost(&keys(&bad), &pods).is_err());
+    }
+
+    #[test]
+    fn the_counting_parsers_read_and_refuse_alone() {
+        assert_eq!(target_value(None).unwrap(), 1.0);
+        assert_eq!(target_value(Some("2.5")).unwrap(), 2.5);
+        assert!(target_value(Some("0")).is_err());
+        let given = map(&[("unreachableAs", "idle"), ("idleUnavailableAs", "x")]);
+        let keys = keys(&given);
+        assert_eq!(count_as(&keys, "unreachableAs").unwrap(), CountAs::Idle);
+        assert!(count_as(&keys, "idleUnavailableAs").is_err());
+        assert_eq!(sweep_timeout(&keys).unwrap(), Duration::from_secs(5));
+        let short = map(&[("sweepTimeout", "50ms")]);
+        assert!(sweep_timeout(&self::keys(&short)).is_err());
+    }
+
+    #[test]
+    fn the_tls_files_parser_reads_and_refuses_alone() {
+        assert_eq!(tls_files(&keys(&map(&[]))).unwrap(), None);
+        let server_only = map(&[("workerTlsServerName", "w")]);
+        assert!(tls_files(&keys(&server_only)).is_err());
+        let full = map(&[
+            ("workerTlsCa", "/ca"),
+            ("workerTlsCert", "/c"),
+            ("workerTlsKey", "/k"),
+        ]);
+        let tls = tls_files(&keys(&full)).unwrap().unwrap();
+        assert_eq!(tls.ca, PathBuf::from("/ca"));
+        assert!(tls.client.is_some());
     }
 
     #[test]

@@ -29,7 +29,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use super::fleet::Count;
+use super::target_group::{Count, PatchOutcome};
 
 /// How a call was answered, for `wool_scaler_calls_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +88,12 @@ struct CallLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PatchLabels {
+    fleet: String,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct SweepLabels {
     outcome: &'static str,
 }
@@ -101,6 +107,7 @@ pub(crate) struct ScalerMetrics {
     active: Family<ObjectLabels, Gauge>,
     calls: Family<CallLabels, Counter>,
     sweeps: Family<SweepLabels, Counter>,
+    patches: Family<PatchLabels, Counter>,
     sweep_seconds: Histogram,
     series_refused: Counter,
     /// When each (ScaledObject, fleet) was last recorded, and when stale ones were last removed.
@@ -125,6 +132,7 @@ impl ScalerMetrics {
             active: Family::default(),
             calls: Family::default(),
             sweeps: Family::default(),
+            patches: Family::default(),
             // 1 ms to about 16 s.
             sweep_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
             series_refused: Counter::default(),
@@ -154,6 +162,12 @@ impl ScalerMetrics {
             "sweeps",
             "Sweeps made, by outcome (ok, failed: the members could not be listed)",
             metrics.sweeps.clone(),
+        );
+        registry.register(
+            "deletion_cost_patches",
+            "Pod deletion cost patches, by fleet and outcome (made, refused: past the fleet's \
+             bound on patches, error)",
+            metrics.patches.clone(),
         );
         registry.register(
             "sweep_duration_seconds",
@@ -238,6 +252,21 @@ impl ScalerMetrics {
             .get_or_create(&SweepLabels { outcome: "ok" })
             .inc();
         self.sweep_seconds.observe(took.as_secs_f64());
+    }
+
+    /// Counts one pod deletion cost patch of `fleet` (its label cut by [`bounded_label`]).
+    pub(crate) fn deletion_cost_patch(&self, fleet: &str, outcome: PatchOutcome) {
+        let outcome = match outcome {
+            PatchOutcome::Made => "made",
+            PatchOutcome::Refused => "refused",
+            PatchOutcome::Error => "error",
+        };
+        self.patches
+            .get_or_create(&PatchLabels {
+                fleet: bounded_label(fleet),
+                outcome,
+            })
+            .inc();
     }
 
     pub(crate) fn sweep_failed(&self) {

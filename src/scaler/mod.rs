@@ -28,6 +28,8 @@
 //! | `discovery` | with `namespace`: `local` (this host's registry) or `lan` (DNS-SD: each sweep browses for [`DEFAULT_LISTEN`](crate::fleet::discovery::DEFAULT_LISTEN) first) | `local` |
 //! | `dnsName`, `port` | a DNS name whose A/AAAA records are the workers (a headless Service; each address a member), and their port | — |
 //! | `targets` | comma-separated worker targets (`host:port`, `unix:/path`), at most 10,000 | — |
+//! | `podSelector`, `port` | a label selector picking pods in the ScaledObject's namespace, watched through the Kubernetes API (in-cluster configuration, else `$KUBECONFIG`; needs `get`/`list`/`watch` on pods there); each Ready pod with an IP is a worker at `podIP:port`; at most `--max-pods-per-fleet` pods (10,000) and `--max-pod-fleets-per-namespace` such fleets (16) | — |
+//! | `deletionCost` | with `podSelector`: `true` marks the idlest pods, as many as the metric means fewer replicas than there are pods, with `controller.kubernetes.io/pod-deletion-cost` below every other pod's, so that a scale-down deletes them first; written only when the choice changes, at most 60 patches a minute per fleet (needs `patch` on pods) | `false` |
 //! | `idleThreshold` | a worker idle for less is busy, a just-started one included (`300`, `5m`, `90s`) | `5m` |
 //! | `targetValue` | the HPA's target: busy workers per replica, 0.001 to 10⁶ | `1` |
 //! | `maxSweepAge` | answers come from a sweep that finished at most this long before the call arrived (0: any finishing after it); a stream asks this often (at most every 250 ms) | `5s` |
@@ -37,7 +39,7 @@
 //! | `workerTlsCa`, `workerTlsCert`, `workerTlsKey` | PEM files (paths in the scaler's container) to reach the workers over TLS, mutual with the cert and key; read again when they change | plaintext |
 //! | `workerTlsServerName` | the name to verify workers' certificates against | the `dnsName`, else each target's host |
 //!
-//! Exactly one of `namespace`, `dnsName` and `targets` is given. A key ending in `FromEnv`
+//! Exactly one of `namespace`, `dnsName`, `targets` and `podSelector` is given. A key ending in `FromEnv`
 //! counts as the key without it (KEDA resolves its value from the workload's environment);
 //! KEDA's own keys (`scalerAddress`, `enableTLS`, `unsafeSsl`, `caCert`, `tlsClientCert`,
 //! `tlsClientKey`, `tlsCertFile`: how KEDA reaches the scaler) are ignored; any other key is an
@@ -57,10 +59,10 @@
 //! # }
 //! ```
 
-mod fleet;
 pub(crate) mod metadata;
 mod metrics;
 mod service;
+mod target_group;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -68,28 +70,34 @@ use std::sync::Arc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use fleet::POLLS_PER_SECOND_PER_FLEET;
 pub use service::METRIC_NAME;
+pub use target_group::POLLS_PER_SECOND_PER_FLEET;
+pub use target_group::{
+    PodBounds, DEFAULT_MAX_PODS_PER_GROUP, DEFAULT_MAX_POD_GROUPS_PER_NAMESPACE,
+};
 
 use crate::protocol::externalscaler::external_scaler_server::ExternalScalerServer;
-use crate::worker::accept::{
-    admit, bounded_server, default_max_connections, ConnectionLimits, Plaintext, DEFAULT_KEEPALIVE,
+use crate::server::accept::accept_connections;
+use crate::server::eviction::ConnectionLimits;
+use crate::server::handshake::Plaintext;
+use crate::server::health::{health_port_server, serve_health_alone};
+use crate::server::listen::bind_side_port;
+use crate::server::tls::ServerTls;
+use crate::server::{
+    bounded_server, default_max_connections, CredentialReload, ServerCredentialFiles, ServerError,
+    DEFAULT_KEEPALIVE,
 };
-use crate::worker::health::{health_port_server, serve_health_alone};
-use crate::worker::listen::bind_side_port;
-use crate::worker::tls::ServerTls;
-use crate::worker::{CredentialReload, ServerCredentialFiles, ServerError};
 
 /// Streams (HTTP/2 streams: gRPC streams and unary calls alike) one connection to the scaler
 /// may have open at once: 2,048. KEDA's operator is one peer for every tenant, holding one
 /// `StreamIsActive` per ScaledObject on one connection, so one connection must have room for
-/// all the streams the scaler serves ([`fleet::MAX_STREAMS`]) and all its calls in progress
-/// ([`fleet::MAX_CALLS`]) at once, and for those refused past them: streams that fill their
+/// all the streams the scaler serves ([`target_group::MAX_STREAMS`]) and all its calls in progress
+/// ([`target_group::MAX_CALLS`]) at once, and for those refused past them: streams that fill their
 /// own bound then leave calls room, never queued behind them in the client.
 const MAX_STREAMS_PER_CONNECTION: u32 = 2048;
 
 const _: () = assert!(
-    fleet::MAX_STREAMS + fleet::MAX_CALLS < MAX_STREAMS_PER_CONNECTION as usize,
+    target_group::MAX_STREAMS + target_group::MAX_CALLS < MAX_STREAMS_PER_CONNECTION as usize,
     "one connection must have room for every stream and every call at once"
 );
 
@@ -110,6 +118,7 @@ impl Scaler {
             health_listen: None,
             credentials: None,
             tls_files_dir: None,
+            pod_bounds: PodBounds::default(),
         }
     }
 }
@@ -122,6 +131,7 @@ pub struct ScalerBuilder {
     health_listen: Option<String>,
     credentials: Option<ServerCredentialFiles>,
     tls_files_dir: Option<std::path::PathBuf>,
+    pod_bounds: PodBounds,
 }
 
 impl ScalerBuilder {
@@ -147,8 +157,8 @@ impl ScalerBuilder {
     /// Serve TLS on the main address with the certificate and key in these files, asking
     /// clients for certificates signed by `client_ca` when given (KEDA's `enableTLS` with
     /// `caCert`, and `tlsClientCert`/`tlsClientKey` for mutual TLS). The files are read again
-    /// when they change and on [`ScalerHandle::reload_credentials`], as a worker's are
-    /// ([`WorkerBuilder::credentials_from_files`](crate::worker::WorkerBuilder::credentials_from_files)).
+    /// when they change and on [`ScalerHandle::reload_credentials`], as a worker's are (the
+    /// server scaffold's [`CredentialReload`], which both use).
     pub fn credentials_from_files(mut self, files: ServerCredentialFiles) -> Self {
         self.credentials = Some(files);
         self
@@ -163,6 +173,13 @@ impl ScalerBuilder {
         self
     }
 
+    /// The bounds on pod fleets (`podSelector` metadata): pods per fleet and pod fleets per
+    /// namespace. Default [`PodBounds::default`].
+    pub fn pod_bounds(mut self, bounds: PodBounds) -> Self {
+        self.pod_bounds = bounds;
+        self
+    }
+
     /// Binds and starts serving on the current tokio runtime.
     ///
     /// Errors: [`ScalerError::Bind`] when an address cannot be bound, [`ScalerError::Tls`]
@@ -172,7 +189,10 @@ impl ScalerBuilder {
         let shutdown = CancellationToken::new();
         let metrics = Arc::new(metrics::ScalerMetrics::new());
         let service = ExternalScalerServer::new(service::ScalerService {
-            fleets: Arc::new(fleet::Fleets::new(self.tls_files_dir.as_deref())),
+            fleets: Arc::new(target_group::TargetGroups::new(
+                self.tls_files_dir.as_deref(),
+                self.pod_bounds,
+            )),
             metrics: Arc::clone(&metrics),
             shutdown: shutdown.clone(),
         });
@@ -210,7 +230,7 @@ impl ScalerBuilder {
             Some(spec) => {
                 let (listener, local) = bind_side_port(spec).await?;
                 let scrape = Arc::clone(&metrics);
-                crate::worker::metrics::serve(
+                crate::server::metrics::serve(
                     listener,
                     Arc::new(move || scrape.encode()),
                     shutdown.clone(),
@@ -244,11 +264,12 @@ impl ScalerBuilder {
         let server = match &tls {
             Some(tls) => {
                 tls.watch(shutdown.clone())?;
-                let incoming = admit(listener, Arc::clone(tls), limits, None, "scaler");
+                let incoming =
+                    accept_connections(listener, Arc::clone(tls), limits, None, "scaler");
                 tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop))
             }
             None => {
-                let incoming = admit(listener, Plaintext, limits, None, "scaler");
+                let incoming = accept_connections(listener, Plaintext, limits, None, "scaler");
                 tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop))
             }
         };

@@ -8,9 +8,9 @@ use futures_util::Stream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use super::fleet::{Count, Fleet, Fleets, Freshness, HoldFor};
-use super::metadata::FleetSpec;
+use super::metadata::TriggerSpec;
 use super::metrics::{Answer, ScalerMetrics};
+use super::target_group::{Count, Freshness, HoldFor, TargetGroup, TargetGroups};
 use crate::connection::{Error, ErrorKind};
 use crate::protocol::externalscaler::external_scaler_server::ExternalScaler;
 use crate::protocol::externalscaler::{
@@ -31,7 +31,7 @@ pub(crate) const MAX_REF_BYTES: usize = 253;
 /// The service: fleets by metadata, the scaler's metrics, and the stop its streams end on (each
 /// with its status; the server's graceful stop waits for them).
 pub(crate) struct ScalerService {
-    pub(crate) fleets: Arc<Fleets>,
+    pub(crate) fleets: Arc<TargetGroups>,
     pub(crate) metrics: Arc<ScalerMetrics>,
     pub(crate) shutdown: CancellationToken,
 }
@@ -74,14 +74,18 @@ impl ScalerService {
     async fn fleet(
         &self,
         reference: &ScaledObjectRef,
-    ) -> Result<(Arc<FleetSpec>, Arc<Fleet>), Status> {
+    ) -> Result<(Arc<TriggerSpec>, Arc<TargetGroup>), Status> {
         check_reference(reference)?;
-        if let Some(kept) = self.fleets.kept(&reference.scaler_metadata) {
+        if let Some(kept) = self
+            .fleets
+            .kept(&reference.namespace, &reference.scaler_metadata)
+        {
             return Ok(kept);
         }
         let fleets = Arc::clone(&self.fleets);
+        let namespace = reference.namespace.clone();
         let metadata = reference.scaler_metadata.clone();
-        tokio::task::spawn_blocking(move || fleets.for_metadata(&metadata))
+        tokio::task::spawn_blocking(move || fleets.for_metadata(&namespace, &metadata))
             .await
             .map_err(|e| Status::internal(format!("reading the metadata failed: {e}")))?
             .map_err(status)
@@ -109,6 +113,15 @@ impl ScalerService {
             self.metrics
                 .record(&scaled_object(reference), fleet.source(), &count);
             drop(hold);
+            if spec.deletion_cost {
+                // Off the answer's path: the patches never delay the metric.
+                let metrics = Arc::clone(&self.metrics);
+                tokio::spawn(async move {
+                    for outcome in fleet.mark_idlest(&spec, &census, count.metric).await {
+                        metrics.deletion_cost_patch(fleet.source(), outcome);
+                    }
+                });
+            }
             Ok::<_, Status>((count, freshness))
         }
         .await;
@@ -290,7 +303,7 @@ impl ExternalScaler for ScalerService {
 
 /// The metric spec: [`METRIC_NAME`] with the metadata's `targetValue` (busy workers per
 /// replica) as the float target and, rounded up, as KEDA's deprecated integer one.
-fn metric_spec(spec: &FleetSpec) -> GetMetricSpecResponse {
+fn metric_spec(spec: &TriggerSpec) -> GetMetricSpecResponse {
     GetMetricSpecResponse {
         metric_specs: vec![MetricSpec {
             metric_name: METRIC_NAME.to_owned(),

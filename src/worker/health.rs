@@ -1,16 +1,13 @@
 //! The worker's `grpc.health.v1.Health` (tonic-health), on the main address and optionally
-//! alone on a plaintext port.
+//! alone on a plaintext side port ([`crate::server::health`]).
 
 use std::sync::Arc;
 
-use super::accept::{
-    admit, bounded_server, ConnectionLimits, Plaintext, DEFAULT_KEEPALIVE,
-    SIDE_PORT_MAX_CONNECTIONS,
-};
-use super::listen::bind_side_port;
 use super::service::{WorkerService, WorkerState};
 use super::WorkerError;
 use crate::protocol::worker_server::WorkerServer;
+use crate::server::health::{health_port_server, serve_health_alone};
+use crate::server::listen::bind_side_port;
 
 /// The worker's `grpc.health.v1.Health` (tonic-health): SERVING from start-up, for the whole
 /// server (`""`) and for the `Worker` service; NOT_SERVING for both as soon as a stop begins, so
@@ -51,36 +48,4 @@ impl Health {
         serve_health_alone(listener, router, shutdown);
         Ok(local.to_string())
     }
-}
-
-/// The most streams (health checks and watches) one connection to a side health port may have
-/// open at once.
-const SIDE_PORT_MAX_STREAMS: u32 = 64;
-
-/// A tonic server for a side health port: the shared HTTP/2 bounds
-/// ([`bounded_server`]), at most [`SIDE_PORT_MAX_STREAMS`] streams per connection.
-pub(crate) fn health_port_server() -> tonic::transport::Server {
-    bounded_server(
-        SIDE_PORT_MAX_STREAMS,
-        Some(DEFAULT_KEEPALIVE),
-        DEFAULT_KEEPALIVE,
-    )
-}
-
-/// Serves `router` (health alone, from [`health_port_server`]) on `listener` in plaintext
-/// until `shutdown`, its connections admitted as the main address's are (the preface
-/// deadline, the per-address limit on opening connections; see [`accept`](super::accept))
-/// under a cap of [`SIDE_PORT_MAX_CONNECTIONS`]: for the worker's and the scaler's
-/// `--health-listen`.
-pub(crate) fn serve_health_alone(
-    listener: tokio::net::TcpListener,
-    router: tonic::transport::server::Router,
-    shutdown: tokio_util::sync::CancellationToken,
-) {
-    let limits = ConnectionLimits {
-        max_connections: SIDE_PORT_MAX_CONNECTIONS,
-        evict_established: true,
-    };
-    let incoming = admit(listener, Plaintext, limits, None, "health");
-    tokio::spawn(router.serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned()));
 }

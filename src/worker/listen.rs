@@ -1,11 +1,8 @@
 //! Where a worker listens: [`ListenAddress`] (parsed as the client parses targets, so the two
-//! agree on `host:port`, `[v6]:port` and the `unix:` forms), and the plaintext side ports.
+//! agree on `host:port`, `[v6]:port` and the `unix:` forms).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
-
-use tokio::net::TcpListener;
 
 use super::WorkerError;
 use crate::connection::Target;
@@ -43,20 +40,6 @@ impl FromStr for ListenAddress {
             Err(error) => Err(WorkerError::InvalidAddress(error.message().to_string())),
         }
     }
-}
-
-/// Binds a plaintext side port (health, metrics) on a TCP `host:port`; the listener and its
-/// address.
-pub(crate) async fn bind_side_port(
-    address: &str,
-) -> Result<(TcpListener, SocketAddr), WorkerError> {
-    let bind_error = |source| WorkerError::Bind {
-        address: address.to_owned(),
-        source,
-    };
-    let listener = TcpListener::bind(address).await.map_err(bind_error)?;
-    let local = listener.local_addr().map_err(bind_error)?;
-    Ok((listener, local))
 }
 
 #[cfg(test)]

@@ -15,9 +15,7 @@
 //! # Ok(()) }
 //! ```
 
-pub mod accept;
 pub(crate) mod authority;
-mod error;
 pub(crate) mod health;
 pub mod idle;
 pub(crate) mod listen;
@@ -26,7 +24,6 @@ mod reflection;
 pub mod routine;
 pub(crate) mod service;
 mod socket_file;
-pub(crate) mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -34,23 +31,28 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use accept::{admit, bounded_server, ConnectionLimits, Plaintext, DEFAULT_KEEPALIVE};
 use futures_util::StreamExt;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::task::JoinHandle;
 
 use crate::protocol::worker_server::WorkerServer;
+use crate::server::accept::accept_connections;
+use crate::server::eviction::ConnectionLimits;
+use crate::server::handshake::Plaintext;
+use crate::server::listen::bind_side_port;
+use crate::server::tls::ServerTls;
+use crate::server::{bounded_server, DEFAULT_KEEPALIVE};
+pub use crate::server::{CredentialReload, ServerCredentialFiles, ServerCredentials, ServerError};
 pub use crate::Grace;
-pub use error::{ServerError, WorkerError};
 use health::Health;
-use listen::bind_side_port;
 pub use listen::ListenAddress;
 use reflection::{reflection_v1, reflection_v1alpha};
 pub use routine::{Routine, RoutineFuture, RoutineRegistry};
 use service::{IdleFastPath, WorkerService, WorkerState};
 use socket_file::{file_identity, remove_stale_socket, BoundSocket};
-use tls::ServerTls;
-pub use tls::{CredentialReload, ServerCredentialFiles, ServerCredentials};
+
+/// Errors of building or running a worker: [`ServerError`] under the worker's name.
+pub type WorkerError = ServerError;
 
 pub use crate::protocol::MAX_MESSAGE_BYTES;
 
@@ -160,8 +162,8 @@ impl WorkerBuilder {
 
     /// Most connections open at once on the main address, those still opening (TLS handshake,
     /// HTTP/2 preface) included; one more is closed at once. Default
-    /// [`accept::default_max_connections`]: 10,000, fewer under a lower descriptor limit.
-    /// At least 1. The other bounds on connections are fixed (the [`accept`] module lists them).
+    /// [`default_max_connections`](crate::server::default_max_connections): 10,000, fewer under a lower descriptor limit.
+    /// At least 1. The other bounds on connections are fixed (the [`server`](crate::server) module lists them).
     pub fn max_connections(mut self, max: usize) -> Self {
         self.max_connections = Some(max.max(1));
         self
@@ -189,7 +191,7 @@ impl WorkerBuilder {
         let limits = ConnectionLimits {
             max_connections: self
                 .max_connections
-                .unwrap_or_else(accept::default_max_connections),
+                .unwrap_or_else(crate::server::default_max_connections),
             evict_established: false,
         };
         let tls = match self.credentials {
@@ -258,9 +260,9 @@ impl WorkerBuilder {
 }
 
 /// Binds `listen` and serves `router` there (TLS first when `tls` is given; for a Unix socket,
-/// the `:authority` rewrite inside it), admitting connections under `limits` (see [`accept`]),
-/// until `shutdown`, counting accepted connections in `accepted`: the dialable address, the
-/// socket file bound (Unix), and the serving task.
+/// the `:authority` rewrite inside it), accepting connections under `limits` (see
+/// [`server`](crate::server)), until `shutdown`, counting accepted connections in `accepted`:
+/// the dialable address, the socket file bound (Unix), and the serving task.
 async fn listen_and_serve(
     listen: &ListenAddress,
     router: tonic::transport::server::Router,
@@ -281,12 +283,12 @@ async fn listen_and_serve(
             let task = match tls {
                 Some(tls) => spawn_server(
                     router,
-                    admit(listener, Arc::clone(tls), limits, accepted, "worker"),
+                    accept_connections(listener, Arc::clone(tls), limits, accepted, "worker"),
                     shutdown,
                 ),
                 None => spawn_server(
                     router,
-                    admit(listener, Plaintext, limits, accepted, "worker"),
+                    accept_connections(listener, Plaintext, limits, accepted, "worker"),
                     shutdown,
                 ),
             };
@@ -302,13 +304,13 @@ async fn listen_and_serve(
             let task = match tls {
                 Some(tls) => spawn_server(
                     router,
-                    admit(listener, Arc::clone(tls), limits, accepted, "worker")
+                    accept_connections(listener, Arc::clone(tls), limits, accepted, "worker")
                         .map(|stream| stream.map(authority::LenientAuthority::new)),
                     shutdown,
                 ),
                 None => spawn_server(
                     router,
-                    admit(listener, Plaintext, limits, accepted, "worker")
+                    accept_connections(listener, Plaintext, limits, accepted, "worker")
                         .map(|stream| stream.map(authority::LenientAuthority::new)),
                     shutdown,
                 ),
@@ -342,7 +344,7 @@ where
 async fn serve_metrics(address: &str, state: &Arc<WorkerState>) -> Result<String, WorkerError> {
     let (listener, local) = bind_side_port(address).await?;
     let scrape = Arc::clone(state);
-    metrics::serve(
+    crate::server::metrics::serve(
         listener,
         Arc::new(move || scrape.metrics_text()),
         state.shutdown.clone(),

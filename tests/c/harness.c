@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -875,6 +876,103 @@ static int case_queue_cancel(int argc, char **argv) {
 }
 
 /*
+ * queue-batch SILENT WORKER: 300 idle polls started in one wool_idle_start_batch, three of them
+ * refused on their own (a freed handle, a NaN timeout, a zero timeout) and one toward SILENT
+ * (which never answers): the others start, every entry completes once under its tag and call
+ * id (the refused ones at once, with their message), the silent one when cancelled; a batch
+ * one past WOOL_IDLE_START_BATCH_MAX and NULL arrays are refused whole, starting nothing.
+ */
+static int case_queue_batch(int argc, char **argv) {
+    CHECK(argc == 2);
+    enum { COUNT = 300, FREED = 3, NAN_TIMEOUT = 5, ZERO_TIMEOUT = 6, SILENT = 7, TAG = 5000 };
+    wool_connection *silent = connect_plaintext(argv[0]);
+    wool_connection *conn = connect_plaintext(argv[1]);
+    wool_connection *freed = connect_plaintext(argv[1]);
+    wool_free(freed);
+    wool_queue *queue = NULL;
+    CHECK_STATUS(wool_queue_new(&queue), WOOL_STATUS_OK);
+    wool_idle_start_entry entries[COUNT];
+    for (size_t i = 0; i < COUNT; i++) {
+        entries[i] = (wool_idle_start_entry){conn, 30.0, TAG + i};
+    }
+    entries[FREED].conn = freed;
+    entries[NAN_TIMEOUT].timeout_seconds = NAN;
+    entries[ZERO_TIMEOUT].timeout_seconds = 0.0;
+    entries[SILENT] = (wool_idle_start_entry){silent, INFINITY, TAG + SILENT};
+    uint64_t calls[COUNT];
+    wool_status statuses[COUNT];
+    CHECK_STATUS(wool_idle_start_batch(queue, entries, COUNT, calls, statuses), WOOL_STATUS_OK);
+    CHECK(strstr(last_error(), "entries[3].conn") != NULL); /* the first refusal */
+    for (size_t i = 0; i < COUNT; i++) {
+        int refused = i == FREED || i == NAN_TIMEOUT || i == ZERO_TIMEOUT;
+        CHECK(statuses[i] == (refused ? WOOL_STATUS_INVALID_ARGUMENT : WOOL_STATUS_OK));
+        CHECK(calls[i] != 0);
+        for (size_t j = 0; j < i; j++) CHECK(calls[j] != calls[i]);
+    }
+    wool_completion done[COUNT];
+    CHECK(collect(queue, done, COUNT - 1, 60.0) == COUNT - 1); /* all but the silent one */
+    unsigned char seen[COUNT] = {0};
+    for (size_t k = 0; k < COUNT - 1; k++) {
+        CHECK(done[k].tag >= TAG && done[k].tag < TAG + COUNT);
+        size_t i = done[k].tag - TAG;
+        CHECK(i != SILENT && !seen[i]);
+        seen[i] = 1;
+        CHECK(done[k].call == calls[i]);
+        CHECK(done[k].status == statuses[i]);
+        if (i == FREED) {
+            CHECK(strstr(done[k].message, "entries[3].conn: connection handle already freed"));
+        } else if (i == NAN_TIMEOUT || i == ZERO_TIMEOUT) {
+            CHECK(strstr(done[k].message, "timeout") != NULL);
+        } else {
+            CHECK(done[k].seconds >= 0.0 && done[k].message[0] == 0);
+        }
+    }
+    CHECK_STATUS(wool_cancel(queue, calls[SILENT]), WOOL_STATUS_OK);
+    CHECK(collect(queue, done, 1, 10.0) == 1);
+    CHECK(done[0].tag == TAG + SILENT && done[0].call == calls[SILENT]);
+    CHECK(done[0].status == WOOL_STATUS_CANCELLED);
+    /* refused whole: nothing started, nothing written */
+    size_t too_many = WOOL_IDLE_START_BATCH_MAX + 1;
+    wool_idle_start_entry *many = calloc(too_many, sizeof *many);
+    uint64_t *many_calls = calloc(too_many, sizeof *many_calls);
+    wool_status *many_statuses = calloc(too_many, sizeof *many_statuses);
+    CHECK(many != NULL && many_calls != NULL && many_statuses != NULL);
+    for (size_t i = 0; i < too_many; i++) many[i] = (wool_idle_start_entry){conn, 30.0, i};
+    EXPECT_INVALID(wool_idle_start_batch(queue, many, too_many, many_calls, many_statuses),
+                   "WOOL_IDLE_START_BATCH_MAX");
+    CHECK(many_calls[0] == 0 && many_statuses[0] == 0);
+    CHECK_STATUS(wool_idle_start_batch(queue, many, WOOL_IDLE_START_BATCH_MAX, many_calls,
+                                       many_statuses), WOOL_STATUS_OK); /* the bound itself */
+    wool_completion *many_done = calloc(WOOL_IDLE_START_BATCH_MAX, sizeof *many_done);
+    CHECK(many_done != NULL);
+    CHECK(collect(queue, many_done, WOOL_IDLE_START_BATCH_MAX, 60.0) == WOOL_IDLE_START_BATCH_MAX);
+    for (size_t i = 0; i < WOOL_IDLE_START_BATCH_MAX; i++) CHECK(many_done[i].status == WOOL_STATUS_OK);
+    EXPECT_INVALID(wool_idle_start_batch(NULL, entries, 1, calls, statuses), "queue is NULL");
+    EXPECT_INVALID(wool_idle_start_batch(queue, NULL, 1, calls, statuses), "entries is NULL");
+    EXPECT_INVALID(wool_idle_start_batch(queue, entries, 1, NULL, statuses), "out_calls is NULL");
+    EXPECT_INVALID(wool_idle_start_batch(queue, entries, 1, calls, NULL), "out_statuses is NULL");
+    CHECK_STATUS(wool_idle_start_batch(queue, NULL, 0, NULL, NULL), WOOL_STATUS_OK);
+    size_t count = 0;
+    CHECK_STATUS(wool_queue_next(queue, done, 4, 0.3, &count), WOOL_STATUS_OK);
+    CHECK(count == 0); /* the refused batches started nothing */
+    wool_queue *gone = NULL;
+    CHECK_STATUS(wool_queue_new(&gone), WOOL_STATUS_OK);
+    wool_queue_free(gone);
+    EXPECT_INVALID(wool_idle_start_batch(gone, entries, 1, calls, statuses), "already freed");
+    printf("queue-batch: %d polls in one start (3 refused, 1 cancelled), %d at the bound; "
+           "refused whole: %zu, NULL arrays, a freed queue\n", COUNT, WOOL_IDLE_START_BATCH_MAX,
+           too_many);
+    free(many);
+    free(many_calls);
+    free(many_statuses);
+    free(many_done);
+    wool_queue_free(queue);
+    wool_free(silent);
+    wool_free(conn);
+    return 0;
+}
+
+/*
  * queue-free SILENT WORKER: a queue freed with calls in flight (to a peer that never answers
  * and to a live worker), and a handle freed while its calls are in flight (they complete).
  */
@@ -1488,6 +1586,303 @@ static int case_hostile(int argc, char **argv) {
     return 0;
 }
 
+/*
+ * A freed handle, or one of another type, as every call that takes a handle meets it: refused
+ * as WOOL_STATUS_INVALID_ARGUMENT naming the parameter, never read; a second free changes
+ * nothing but the thread's last error. `function_about` is what the free's last error says.
+ */
+static void expect_free_refused(int line, const char *about) {
+    if (strstr(last_error(), about) == NULL || wool_last_rpc_code() != -1) {
+        fprintf(stderr, "harness.c:%d: expected a last error about \"%s\"\n", line, about);
+        print_last_error();
+        exit(1);
+    }
+}
+#define EXPECT_FREE_REFUSED(about) expect_free_refused(__LINE__, (about))
+
+/*
+ * handles WORKER CA NAMESPACE: every handle type (connection, queue, credentials, channel
+ * options, worker list, watch) used after its free, freed twice, and passed where another type
+ * is expected: each is refused with its status and message, and the live handles beside it go
+ * on working. NAMESPACE is one with no pool (its listing and watch are empty).
+ */
+static int case_handles(int argc, char **argv) {
+    CHECK(argc == 3);
+    const char *worker = argv[0], *namespace_ = argv[2];
+    char *ca = read_file(argv[1]);
+    double seconds = -1.0;
+    uint64_t call = 0;
+    size_t count = 0;
+    wool_completion done[1];
+
+    wool_connection *conn = connect_plaintext(worker);
+    wool_queue *queue = NULL;
+    CHECK_STATUS(wool_queue_new(&queue), WOOL_STATUS_OK);
+    wool_credentials *credentials = NULL;
+    CHECK_STATUS(wool_credentials_from_pem(ca, NULL, NULL, false, NULL, &credentials),
+                 WOOL_STATUS_OK);
+    wool_channel_options *options = NULL;
+    CHECK_STATUS(wool_channel_options_new(&options), WOOL_STATUS_OK);
+    wool_worker_list *list = NULL;
+    CHECK_STATUS(wool_discover(namespace_, WOOL_DISCOVERY_LOCAL, 0.0, &list), WOOL_STATUS_OK);
+    CHECK(wool_worker_list_count(list) == 0);
+    wool_watch *watch = NULL;
+    CHECK_STATUS(wool_watch_new(namespace_, WOOL_DISCOVERY_LOCAL, &watch), WOOL_STATUS_OK);
+
+    /* Wrong types: refused, naming both types; the handle passed stays alive. */
+    EXPECT_INVALID(wool_idle((const wool_connection *)queue, 5.0, &seconds),
+                   "conn is a queue handle, not a connection handle");
+    EXPECT_INVALID(wool_stop((const wool_connection *)credentials, 0.0, 5.0),
+                   "conn is a credentials handle, not a connection handle");
+    EXPECT_INVALID(wool_idle_start(conn, (const wool_queue *)conn, 5.0, 1, &call),
+                   "queue is a connection handle, not a queue handle");
+    EXPECT_INVALID(wool_queue_next((const wool_queue *)watch, done, 1, 0.0, &count),
+                   "queue is a watch handle, not a queue handle");
+    EXPECT_INVALID(wool_connect(worker, (const wool_credentials *)options, &conn),
+                   "credentials is a channel options handle, not a credentials handle");
+    EXPECT_INVALID(wool_channel_options_set_connect_timeout((wool_channel_options *)list, 1.0),
+                   "options is a worker list handle, not a channel options handle");
+    EXPECT_INVALID(wool_watch_next((const wool_watch *)list, 0.0, &(int){0},
+                                   &(const wool_worker_info *){NULL}),
+                   "watch is a worker list handle, not a watch handle");
+    CHECK(wool_worker_list_count((const wool_worker_list *)watch) == 0);
+    EXPECT_FREE_REFUSED("list is a watch handle, not a worker list handle");
+    CHECK(wool_queue_fd((const wool_queue *)options) == -1);
+    EXPECT_FREE_REFUSED("queue is a channel options handle, not a queue handle");
+    wool_free((wool_connection *)queue);
+    EXPECT_FREE_REFUSED("wool_free: conn is a queue handle, not a connection handle");
+    wool_queue_free((wool_queue *)conn);
+    EXPECT_FREE_REFUSED("wool_queue_free: queue is a connection handle, not a queue handle");
+    wool_credentials_free((wool_credentials *)watch);
+    EXPECT_FREE_REFUSED("credentials is a watch handle");
+    wool_channel_options_free((wool_channel_options *)credentials);
+    EXPECT_FREE_REFUSED("options is a credentials handle");
+    wool_worker_list_free((wool_worker_list *)options);
+    EXPECT_FREE_REFUSED("list is a channel options handle");
+    wool_watch_free((wool_watch *)list);
+    EXPECT_FREE_REFUSED("watch is a worker list handle");
+    /* A value no handle ever had: an address. */
+    EXPECT_INVALID(wool_idle((const wool_connection *)&seconds, 5.0, &seconds),
+                   "conn is not a connection handle made by libwool");
+    /* Every handle still works after all that. */
+    CHECK_STATUS(wool_idle(conn, 5.0, &seconds), WOOL_STATUS_OK);
+    CHECK_STATUS(wool_queue_next(queue, done, 1, 0.0, &count), WOOL_STATUS_OK);
+    CHECK(wool_queue_fd(queue) >= 0);
+    CHECK_STATUS(wool_channel_options_set_connect_timeout(options, 2.0), WOOL_STATUS_OK);
+    wool_connection *other = NULL;
+    CHECK_STATUS(wool_connect_with_options(worker, credentials, options, &other), WOOL_STATUS_OK);
+    wool_free(other);
+    int kind = -1;
+    const wool_worker_info *info = NULL;
+    CHECK_STATUS(wool_watch_next(watch, 0.0, &kind, &info), WOOL_STATUS_OK);
+    CHECK(kind == WOOL_DISCOVERY_EVENT_NONE);
+
+    /* Connection: used after its free, in a sweep, freed twice. */
+    wool_free(conn);
+    EXPECT_INVALID(wool_idle(conn, 5.0, &seconds), "conn: connection handle already freed");
+    EXPECT_INVALID(wool_stop(conn, 0.0, 5.0), "conn: connection handle already freed");
+    EXPECT_INVALID(wool_idle_start(conn, queue, 5.0, 1, &call),
+                   "conn: connection handle already freed");
+    const wool_connection *fleet[1] = {conn};
+    wool_status statuses[1] = {WOOL_STATUS_OK};
+    double fleet_seconds[1] = {0.0};
+    CHECK_STATUS(wool_idle_many(fleet, 1, 5.0, 1, fleet_seconds, statuses, NULL),
+                 WOOL_STATUS_OK);
+    CHECK(statuses[0] == WOOL_STATUS_INVALID_ARGUMENT && isnan(fleet_seconds[0]));
+    wool_free(conn);
+    EXPECT_FREE_REFUSED("wool_free: conn: connection handle already freed");
+
+    /* Credentials and options: their connections keep their copies. */
+    wool_credentials_free(credentials);
+    EXPECT_INVALID(wool_connect(worker, credentials, &other),
+                   "credentials: credentials handle already freed");
+    wool_credentials_free(credentials);
+    EXPECT_FREE_REFUSED("wool_credentials_free: credentials: credentials handle already freed");
+    wool_channel_options_free(options);
+    EXPECT_INVALID(wool_channel_options_set_keepalive_interval(options, 5.0),
+                   "options: channel options handle already freed");
+    EXPECT_INVALID(wool_connect_with_options(worker, NULL, options, &other),
+                   "options: channel options handle already freed");
+    wool_channel_options_free(options);
+    EXPECT_FREE_REFUSED("options: channel options handle already freed");
+
+    /* Worker list and watch. */
+    wool_worker_list_free(list);
+    CHECK(wool_worker_list_count(list) == 0);
+    EXPECT_FREE_REFUSED("wool_worker_list_count: list: worker list handle already freed");
+    CHECK(wool_worker_list_get(list, 0) == NULL);
+    EXPECT_FREE_REFUSED("wool_worker_list_get: list: worker list handle already freed");
+    wool_worker_list_free(list);
+    EXPECT_FREE_REFUSED("wool_worker_list_free: list: worker list handle already freed");
+    wool_watch_free(watch);
+    EXPECT_INVALID(wool_watch_next(watch, 0.0, &kind, &info), "watch: watch handle already freed");
+    wool_watch_free(watch);
+    EXPECT_FREE_REFUSED("wool_watch_free: watch: watch handle already freed");
+
+    /* Queue last: every queue call refuses it. */
+    wool_queue_free(queue);
+    EXPECT_INVALID(wool_queue_next(queue, done, 1, 0.0, &count), "queue: queue handle already freed");
+    EXPECT_INVALID(wool_cancel(queue, 1), "queue: queue handle already freed");
+    CHECK(wool_queue_fd(queue) == -1);
+    EXPECT_FREE_REFUSED("wool_queue_fd: queue: queue handle already freed");
+    wool_queue_free(queue);
+    EXPECT_FREE_REFUSED("wool_queue_free: queue: queue handle already freed");
+
+    free(ca);
+    printf("handles: 6 types refused after their free, freed twice and as the wrong type\n");
+    return 0;
+}
+
+/* A thread polling one shared handle until the handle is freed under it. */
+struct busy {
+    const wool_connection *conn;
+    double timeout;
+    atomic_int *started;
+    int ok, after_free, other; /* the statuses it saw */
+};
+
+static void *poll_until_freed(void *arg) {
+    struct busy *busy = arg;
+    atomic_fetch_add(busy->started, 1);
+    for (;;) {
+        double seconds = 0.0;
+        wool_status status = wool_idle(busy->conn, busy->timeout, &seconds);
+        if (status == WOOL_STATUS_OK) {
+            busy->ok++;
+        } else if (status == WOOL_STATUS_INVALID_ARGUMENT &&
+                   strstr(last_error(), "connection handle already freed") != NULL) {
+            busy->after_free++;
+            return NULL;
+        } else {
+            busy->other++; /* a silent peer's deadline: the call ran on after the free */
+            if (status != WOOL_STATUS_TRANSIENT) {
+                fprintf(stderr, "free-while-busy: wool_idle gave %s\n", wool_status_name(status));
+                print_last_error();
+                return NULL;
+            }
+        }
+    }
+}
+
+/* A thread waiting in wool_queue_next (or a watch's next) until the handle is freed under it. */
+struct waiter {
+    wool_queue *queue;
+    wool_watch *watch;
+    atomic_int *started;
+    wool_status status;
+    size_t count;
+    int kind;
+    char message[256];
+};
+
+static void *wait_until_freed(void *arg) {
+    struct waiter *waiter = arg;
+    atomic_fetch_add(waiter->started, 1);
+    if (waiter->queue != NULL) {
+        wool_completion done[4];
+        waiter->count = 99;
+        waiter->status = wool_queue_next(waiter->queue, done, 4, INFINITY, &waiter->count);
+    } else {
+        const wool_worker_info *info = NULL;
+        waiter->kind = -1;
+        waiter->status = wool_watch_next(waiter->watch, INFINITY, &waiter->kind, &info);
+    }
+    snprintf(waiter->message, sizeof waiter->message, "%s",
+             waiter->status == WOOL_STATUS_OK ? "" : last_error());
+    return NULL;
+}
+
+/* Either outcome of a wait whose handle was freed: it was waiting (OK, nothing) or it came
+ * after the free (refused as freed). */
+static void check_waiter(const struct waiter *waiter, const char *freed) {
+    if (waiter->status == WOOL_STATUS_OK) {
+        CHECK(waiter->queue == NULL || waiter->count == 0);
+        CHECK(waiter->queue != NULL || waiter->kind == WOOL_DISCOVERY_EVENT_NONE);
+    } else {
+        CHECK(waiter->status == WOOL_STATUS_INVALID_ARGUMENT);
+        CHECK(strstr(waiter->message, freed) != NULL);
+    }
+}
+
+/*
+ * free-while-busy WORKER SILENT NAMESPACE: a connection freed while 4 threads poll it in a loop
+ * (a live worker) and while 4 threads are in polls that cannot finish before it (a silent peer,
+ * 1 s deadline); a queue freed while a thread waits in wool_queue_next with no deadline and
+ * calls are in flight on it; a watch freed while a thread waits in wool_watch_next. Every call
+ * ends with its status (OK, the deadline's TRANSIENT, or INVALID_ARGUMENT once freed), every
+ * wait ends, and nothing leaks.
+ */
+static int case_free_while_busy(int argc, char **argv) {
+    CHECK(argc == 3);
+    enum { POLLERS = 4 };
+    atomic_int started = 0;
+
+    const char *targets[2] = {argv[0], argv[1]};
+    for (int round = 0; round < 2; round++) {
+        wool_connection *conn = connect_plaintext(targets[round]);
+        struct busy busy[POLLERS];
+        pthread_t threads[POLLERS];
+        atomic_store(&started, 0);
+        for (int i = 0; i < POLLERS; i++) {
+            busy[i] = (struct busy){conn, round == 0 ? 10.0 : 1.0, &started, 0, 0, 0};
+            CHECK(pthread_create(&threads[i], NULL, poll_until_freed, &busy[i]) == 0);
+        }
+        while (atomic_load(&started) < POLLERS) sleep_seconds(0.01);
+        sleep_seconds(0.2); /* every thread in or between calls */
+        wool_free(conn);
+        int ok = 0, after_free = 0, ran_on = 0;
+        for (int i = 0; i < POLLERS; i++) {
+            CHECK(pthread_join(threads[i], NULL) == 0);
+            CHECK(busy[i].after_free == 1); /* each thread's next call after the free */
+            ok += busy[i].ok;
+            ran_on += busy[i].other;
+            after_free += busy[i].after_free;
+        }
+        CHECK(round == 1 || ran_on == 0);
+        CHECK(round == 0 || ok == 0);
+        printf("free-while-busy: %s: %d polls OK, %d ran to their deadline, then %d refused as "
+               "freed\n",
+               round == 0 ? "worker" : "silent peer", ok, ran_on, after_free);
+    }
+
+    /* A queue, with a thread waiting and calls in flight to the silent peer. */
+    wool_queue *queue = NULL;
+    CHECK_STATUS(wool_queue_new(&queue), WOOL_STATUS_OK);
+    wool_connection *silent = connect_plaintext(argv[1]);
+    uint64_t call = 0;
+    for (int i = 0; i < 8; i++) {
+        CHECK_STATUS(wool_idle_start(silent, queue, INFINITY, (uint64_t)i, &call), WOOL_STATUS_OK);
+    }
+    wool_free(silent); /* the calls keep what they need */
+    atomic_store(&started, 0);
+    struct waiter queue_waiter = {.queue = queue, .started = &started};
+    pthread_t thread;
+    CHECK(pthread_create(&thread, NULL, wait_until_freed, &queue_waiter) == 0);
+    while (atomic_load(&started) < 1) sleep_seconds(0.01);
+    sleep_seconds(0.3);
+    wool_queue_free(queue);
+    CHECK(pthread_join(thread, NULL) == 0);
+    check_waiter(&queue_waiter, "queue: queue handle already freed");
+
+    /* A watch. */
+    wool_watch *watch = NULL;
+    CHECK_STATUS(wool_watch_new(argv[2], WOOL_DISCOVERY_LOCAL, &watch), WOOL_STATUS_OK);
+    atomic_store(&started, 0);
+    struct waiter watch_waiter = {.watch = watch, .started = &started};
+    CHECK(pthread_create(&thread, NULL, wait_until_freed, &watch_waiter) == 0);
+    while (atomic_load(&started) < 1) sleep_seconds(0.01);
+    sleep_seconds(0.3);
+    wool_watch_free(watch);
+    CHECK(pthread_join(thread, NULL) == 0);
+    check_waiter(&watch_waiter, "watch: watch handle already freed");
+
+    sleep_seconds(0.3); /* let the runtime drop the aborted calls before the leak check */
+    printf("free-while-busy: the queue's wait ended %s, the watch's %s\n",
+           queue_waiter.status == WOOL_STATUS_OK ? "empty" : "refused",
+           watch_waiter.status == WOOL_STATUS_OK ? "empty" : "refused");
+    return 0;
+}
+
 struct named_case {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -1517,6 +1912,7 @@ static const struct named_case cases[] = {
     {"queue-many", case_queue_many},
     {"queue-fd", case_queue_fd},
     {"queue-cancel", case_queue_cancel},
+    {"queue-batch", case_queue_batch},
     {"queue-free", case_queue_free},
     {"idle-many", case_idle_many},
     {"sweep-start", case_sweep_start},
@@ -1527,6 +1923,8 @@ static const struct named_case cases[] = {
     {"retire", case_retire},
     {"reload", case_reload},
     {"hostile", case_hostile},
+    {"handles", case_handles},
+    {"free-while-busy", case_free_while_busy},
 };
 
 int main(int argc, char **argv) {

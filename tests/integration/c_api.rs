@@ -676,6 +676,17 @@ fn started_calls_cancel_before_during_and_after_completion() {
     assert_eq!(worker.wait_exit(Duration::from_secs(10)), Some(0));
 }
 
+/// Given 300 idle polls started in one wool_idle_start_batch, three of them refused on their
+/// own and one toward a silent peer, then the others start and every entry completes once
+/// under its tag and call id (the refused ones at once with their message, the silent one when
+/// cancelled); a batch at the bound starts, one past it and NULL arrays are refused whole.
+#[test]
+fn a_batch_of_starts_checks_each_entry_on_its_own_and_completes_every_one() {
+    let (_silent, silent) = silent_peer();
+    let worker = WorkerProcess::plaintext();
+    run_case("queue-batch", &[&silent, &worker.address]);
+}
+
 /// Given a queue with 200 calls in flight, when it is freed, then nothing crashes, hangs or
 /// leaks; given a handle freed while its 50 calls are in flight, then they all complete.
 #[test]
@@ -683,6 +694,35 @@ fn freeing_a_queue_or_a_handle_with_calls_in_flight_is_defined() {
     let (_silent, silent) = silent_peer();
     let worker = WorkerProcess::plaintext();
     run_case("queue-free", &[&silent, &worker.address]);
+}
+
+/// Given a handle of each of the six types, when it is used after its free, freed twice, or
+/// passed where another type is expected, then each call returns WOOL_STATUS_INVALID_ARGUMENT
+/// (a free sets the last error) naming what was wrong, and the live handles keep working.
+#[test]
+fn freed_and_mistyped_handles_of_every_type_are_refused() {
+    let worker = WorkerProcess::plaintext();
+    let pki = Pki::generate();
+    let namespace = common::unique_namespace("c-handles");
+    let out = run_case(
+        "handles",
+        &[&worker.address, path(&pki.ca_path), &namespace],
+    );
+    assert!(out.contains("6 types refused"), "{out}");
+}
+
+/// Given 4 threads polling a connection (a live worker, then a silent peer's calls that run to
+/// their deadline), a thread waiting in wool_queue_next with calls in flight, and a thread
+/// waiting in wool_watch_next, when each handle is freed from another thread, then every call
+/// ends with its status and every wait ends, with no crash and no leak.
+#[test]
+fn freeing_handles_while_other_threads_are_in_calls_on_them() {
+    let worker = WorkerProcess::plaintext();
+    let (_silent, silent) = silent_peer();
+    let namespace = common::unique_namespace("c-free-busy");
+    let out = run_case("free-while-busy", &[&worker.address, &silent, &namespace]);
+    assert!(out.contains("then 4 refused as freed"), "{out}");
+    assert!(out.contains("the queue's wait ended"), "{out}");
 }
 
 /// Given 1,000 handles (a live worker's, a worker without idle, a silent peer, a NULL), when
@@ -1181,6 +1221,117 @@ async fn c_api_from_a_current_thread_runtime_neither_panics_nor_deadlocks() {
         worker.wait_exit(Duration::from_secs(30)),
         Some(0),
         "the stopped worker did not exit with 0"
+    );
+}
+
+/// One wool_connection shared by the threads of a test (a handle may be used by many threads
+/// at once: C-API.md), freed on drop.
+struct SharedHandle(*mut wool_connection);
+
+// SAFETY: the library allows any thread to use a handle, many at once.
+unsafe impl Send for SharedHandle {}
+// SAFETY: as above.
+unsafe impl Sync for SharedHandle {}
+
+impl SharedHandle {
+    fn connect(address: &str) -> Self {
+        let target = CString::new(address).unwrap();
+        let mut conn: *mut wool_connection = std::ptr::null_mut();
+        // SAFETY: valid NUL-terminated target, NULL credentials, a writable out-pointer.
+        let status = unsafe { wool_connect(target.as_ptr(), std::ptr::null(), &mut conn) };
+        assert_eq!(status, wool_status::Ok, "{:?}", last_error());
+        Self(conn)
+    }
+
+    /// wool_idle with a deadline of `timeout` seconds: its status, and the seconds on OK.
+    fn idle(&self, timeout: f64) -> (wool_status, f64) {
+        let mut seconds = -1.0;
+        // SAFETY: a live handle (freed only on drop) and a writable out-pointer.
+        let status = unsafe { wool_idle(self.0, timeout, &mut seconds) };
+        (status, seconds)
+    }
+}
+
+impl Drop for SharedHandle {
+    fn drop(&mut self) {
+        // SAFETY: the handle is freed once, after every thread using it has been joined.
+        unsafe { wool_free(self.0) };
+    }
+}
+
+/// Given 48 threads polling one handle in a loop (blocked in wool_idle at once), one thread
+/// polling a frozen worker (SIGSTOP) with a 1 s deadline, and one thread inside a host's tokio
+/// runtime polling the live worker too, then the frozen worker's call ends
+/// WOOL_STATUS_TRANSIENT with code 4 (its deadline) after 1 s and well before the 30 s the
+/// others use, while every other thread has calls complete OK meanwhile: each thread
+/// blocked at once ends on its own answer or its own deadline, never on another's.
+#[test]
+fn threads_blocked_at_once_end_on_their_own_answers_and_deadlines() {
+    let _watchdog = Watchdog::arm("threads blocked at once", Duration::from_secs(120));
+    let live = WorkerProcess::plaintext();
+    let frozen = WorkerProcess::plaintext();
+    let live_handle = SharedHandle::connect(&live.address);
+    let frozen_handle = SharedHandle::connect(&frozen.address);
+    assert_eq!(
+        frozen_handle.idle(10.0).0,
+        wool_status::Ok,
+        "{:?}",
+        last_error()
+    );
+    frozen.freeze();
+    let frozen_done = std::sync::atomic::AtomicBool::new(false);
+    let (frozen_outcome, answers) = std::thread::scope(|scope| {
+        // Polls until the frozen call has ended; counts the answers that came before it did.
+        let poll_until_frozen_done = || {
+            let mut answered_meanwhile = 0u32;
+            loop {
+                let (status, seconds) = live_handle.idle(30.0);
+                assert_eq!(status, wool_status::Ok, "{:?}", last_error());
+                assert!(seconds >= 0.0);
+                if frozen_done.load(std::sync::atomic::Ordering::SeqCst) {
+                    return answered_meanwhile;
+                }
+                answered_meanwhile += 1;
+            }
+        };
+        let pollers: Vec<_> = (0..48)
+            .map(|_| scope.spawn(poll_until_frozen_done))
+            .collect();
+        let in_a_runtime = scope.spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async move { poll_until_frozen_done() })
+        });
+        let frozen_call = scope.spawn(|| {
+            let started = Instant::now();
+            let (status, _) = frozen_handle.idle(1.0);
+            let took = started.elapsed();
+            let code = last_error().1;
+            frozen_done.store(true, std::sync::atomic::Ordering::SeqCst);
+            (status, code, took)
+        });
+        let frozen_outcome = frozen_call.join().unwrap();
+        let mut answers: Vec<u32> = pollers.into_iter().map(|p| p.join().unwrap()).collect();
+        answers.push(in_a_runtime.join().unwrap());
+        (frozen_outcome, answers)
+    });
+    frozen.thaw();
+    let (status, code, took) = frozen_outcome;
+    assert_eq!(
+        (status, code),
+        (wool_status::Transient, 4),
+        "after {took:?}"
+    );
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(10),
+        "the frozen worker's call ended after {took:?}, its deadline being 1 s"
+    );
+    assert_eq!(answers.len(), 49);
+    assert!(
+        answers.iter().all(|&answered| answered >= 1),
+        "answers each thread had while the frozen call waited: {answers:?}"
     );
 }
 

@@ -834,3 +834,36 @@ fn given_credentials_and_connections_then_debug_output_carries_no_key_material()
         }
     }
 }
+
+#[test]
+fn given_a_call_polling_the_connection_when_it_gives_up_then_the_connection_task_reads_the_rest() {
+    // While a call awaits its answer it polls the connection itself (one call at a time); a
+    // call that gives up then must hand the connection back, or the answers of the calls
+    // still waiting would never be read. Given a task in flight on a worker process and a
+    // client on a current-thread runtime, a stop with a long grace waits for the drain and its
+    // caller drops it after 100 ms. Then the task's result, sent about 0.4 s later on the same
+    // connection, still reaches its caller.
+    let worker = common::WorkerProcess::plaintext();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let conn = Arc::new(WorkerConnection::new(&worker.address).unwrap());
+    rt.block_on(async {
+        let task = tokio::spawn({
+            let conn = Arc::clone(&conn);
+            async move { conn.dispatch("sleep", b"0.5".to_vec(), SECOND).await }
+        });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while conn.idle(SECOND).await.unwrap() != 0.0 {
+            assert!(Instant::now() < deadline, "the task never went in flight");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Dropped by the caller (no deadline sent, so the worker does not answer first).
+        let stop = conn.stop(Grace::Within(Duration::from_secs(5)), None);
+        tokio::time::timeout(Duration::from_millis(100), stop)
+            .await
+            .expect_err("the drain outlasts the caller's patience");
+        assert_eq!(task.await.unwrap().unwrap(), b"0.5");
+    });
+}

@@ -137,6 +137,7 @@ fn header_spells_the_contract_as_c_api_md_does() {
                     && !l.starts_with("#define WOOL_VERSION_")
                     && !l.starts_with("#define WOOL_COMPLETION_MESSAGE_BYTES")
                     && !l.starts_with("#define WOOL_COMPLETION_KIND_")
+                    && !l.starts_with("#define WOOL_IDLE_START_BATCH_MAX")
                     && !l.starts_with("#define WOOL_DISCOVERY_")
                     && !l.starts_with("#define WOOL_RETIRE_REASON_")
             })

@@ -14,6 +14,7 @@ mod abi;
 mod c_api;
 mod connection;
 mod doc_compile_lines;
+mod doc_constants;
 mod ffi_housekeeping;
 mod fleet;
 mod header;

@@ -799,3 +799,51 @@ fn reap_stops_no_worker_the_admission_gate_refuses() {
     assert!(json_lines(&named).iter().all(|l| l["ok"] == true));
     assert_eq!(json_lines(&named).len(), 2);
 }
+
+/// Given one live worker and 1,199 addresses with nothing behind them, when `woolctl sweep`
+/// prints a row each (the rows go out in writes of many rows, not one a row), then every row
+/// is there once, whole and in the order the targets were given, in JSON and as a table, and
+/// the run exits 1 for the failed ones.
+#[test]
+fn a_sweep_longer_than_one_write_prints_every_row_in_order() {
+    let worker = WorkerProcess::plaintext();
+    let mut targets = vec![worker.address.clone()];
+    let mut dead = std::collections::BTreeSet::new();
+    while dead.len() < 1_199 {
+        dead.insert(common::unused_local_address());
+    }
+    dead.remove(&worker.address);
+    targets.extend(dead);
+    let sweep = |format: &'static str| {
+        let mut args = vec!["sweep", "--output", format, "--connect-timeout", "5s"];
+        args.extend(targets.iter().map(String::as_str));
+        woolctl(&args)
+    };
+    let json = sweep("json");
+    assert_eq!(code(&json), 1, "{}", stderr(&json));
+    // More than one write's worth of rows.
+    assert!(json.stdout.len() > 64 * 1024, "{} bytes", json.stdout.len());
+    let lines = json_lines(&json);
+    let printed: Vec<&str> = lines
+        .iter()
+        .map(|l| l["target"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        printed,
+        targets.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    assert_eq!(lines[0]["ok"], true);
+    assert!(lines[1..].iter().all(|l| l["ok"] == false));
+    let table = sweep("table");
+    assert_eq!(code(&table), 1, "{}", stderr(&table));
+    let text = stdout(&table);
+    let rows: Vec<&str> = text.lines().collect();
+    assert!(rows[0].starts_with("TARGET"), "{}", rows[0]);
+    assert_eq!(rows.len(), targets.len() + 1);
+    for (row, target) in rows[1..].iter().zip(&targets) {
+        assert!(
+            row.starts_with(target.as_str()),
+            "{row:?} is not {target}'s row"
+        );
+    }
+}

@@ -93,6 +93,16 @@ class wool_poll_result(ctypes.Structure):
     ]
 
 
+class wool_idle_start_entry(ctypes.Structure):
+    """`wool_idle_start_entry`: one idle poll for wool_idle_start_batch."""
+
+    _fields_ = [
+        ("conn", ctypes.POINTER(wool_connection)),
+        ("timeout_seconds", ctypes.c_double),
+        ("tag", ctypes.c_uint64),
+    ]
+
+
 class wool_worker_list(ctypes.Structure):
     """Opaque `wool_worker_list` (a listing from wool_discover); only pointers to it exist."""
 
@@ -343,6 +353,11 @@ PROTOTYPES: dict[str, tuple[object, list[object]]] = {
         [ConnectionPtr, QueuePtr, ctypes.c_double, ctypes.c_uint64,
          ctypes.POINTER(ctypes.c_uint64)],
     ),
+    "wool_idle_start_batch": (
+        _wool_status,
+        [QueuePtr, ctypes.POINTER(wool_idle_start_entry), ctypes.c_size_t,
+         ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_int)],
+    ),
     "wool_stop_start": (
         _wool_status,
         [ConnectionPtr, QueuePtr, ctypes.c_double, ctypes.c_double, ctypes.c_uint64,
@@ -534,3 +549,14 @@ def default() -> Library:
     """The library `load` chose last, loading it the default way on first use."""
     library = _default
     return library if library is not None else load()
+
+
+if os.environ.get(ENV_VAR) and not os.path.exists(os.environ[ENV_VAR]):
+    # An explicit choice that names nothing fails the import, naming the path: the library
+    # itself loads on first use, and a later LibraryNotFound would point away from the cause.
+    raise ImportError(
+        f"libwool: ${ENV_VAR}={os.environ[ENV_VAR]!r}: no such file (it names the "
+        f"libwool.so to load; unset it to use the library bundled in the package)",
+        name="libwool",
+        path=os.environ[ENV_VAR],
+    )

@@ -27,17 +27,22 @@ How it works
     ``wool_stop_start``, which do no I/O and return at once; a thread of the library drives the
     call, and nothing in the library ever calls into Python. When the descriptor turns
     readable the loop collects every waiting completion (``wool_queue_next``, no wait) and
-    resolves the callers' futures by tag. No Python thread is used per call: thousands of
-    calls may be in flight from one loop, sharing the connection's pooled HTTP/2 channel (at
-    most ``max_concurrent_streams`` streams open at once; the others wait their turn).
+    resolves the callers' futures by tag. `WorkerConnection.idle` called in a running loop
+    starts its call at once and returns that call's future (a coroutine too, for
+    ``asyncio.create_task``), so ``asyncio.gather`` of many idle polls makes no task per
+    call: a poll costs one future, set straight from its completion. No Python thread is
+    used per call: thousands of calls may be in flight from one loop, sharing the
+    connection's pooled HTTP/2 channel (at most ``max_concurrent_streams`` streams open at
+    once; the others wait their turn).
     `idle_many` is one call of the library, ``wool_idle_many_start``: the whole sweep runs in
     libwool and completes once into the loop's queue, its results in an array the queue keeps
     until that completion is collected (or the sweep cancelled, or the queue freed).
 
 Cancellation
-    Cancelling a task awaiting `WorkerConnection.idle` or `WorkerConnection.stop`
-    (``task.cancel()``, ``asyncio.wait_for`` or ``asyncio.timeout`` expiring, ``asyncio.run``
-    ending with the task unfinished) calls ``wool_cancel``: the call's HTTP/2 stream is reset,
+    Cancelling the future `WorkerConnection.idle` returns, or a task awaiting it or
+    `WorkerConnection.stop` (``task.cancel()``, ``asyncio.gather`` cancelled,
+    ``asyncio.wait_for`` or ``asyncio.timeout`` expiring, ``asyncio.run`` ending with the task
+    unfinished) calls ``wool_cancel`` for that call alone: the call's HTTP/2 stream is reset,
     so the worker sees the cancellation, and the task gets `asyncio.CancelledError` at once,
     even from a worker that has stopped answering. A stop the worker already received may
     still take effect. A call cancelled by libwool itself (``WOOL_STATUS_CANCELLED`` in a
@@ -65,18 +70,19 @@ import asyncio
 import ctypes
 import itertools
 import math
-import numbers
 import os
 import struct
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from typing import Union
 
 from . import _ffi
-from . import WorkerConnection as _BlockingConnection
-from . import WorkerCredentials, _c_seconds, _check, _error
 from . import fleet as _fleet
+from ._connection import WorkerConnection as _BlockingConnection
+from ._convert import _c_seconds
+from ._credentials import WorkerCredentials
+from ._errors import _check, _error
 from ._ffi import Library
 
 __all__ = ["WorkerConnection", "idle_many"]
@@ -96,6 +102,45 @@ if _COMPLETION_HEAD.size != _MESSAGE_OFFSET:  # pragma: no cover (the layout is 
     raise ImportError("libwool.aio: unexpected wool_completion layout")
 
 
+# ---------------------------------------------------------------- one call's future
+
+
+class _Call(asyncio.Future):
+    """The future of one call started on a loop's queue (what `WorkerConnection.idle`
+    returns, and what `WorkerConnection.stop` awaits): the reader resolves it straight from
+    the call's completion. Works on every Python the package supports (3.9 and later).
+
+    Awaiting it, gathering it or passing it to ``asyncio.wait_for`` wraps nothing (no task
+    per call: a future given to ``asyncio.gather`` is used as it is). It is also accepted
+    where asyncio wants a coroutine (``asyncio.create_task``, ``TaskGroup.create_task``):
+    `send`, `throw` and `close` make it one (``collections.abc.Coroutine``), driving the
+    future's own ``__await__``, so a task over it waits on the future itself.
+
+    Cancelling it (``cancel()``: by ``asyncio.gather``, ``asyncio.wait_for``, a task
+    awaiting it being cancelled) cancels the call in the library (``wool_cancel``) unless
+    its completion was already collected; it cancels no other call."""
+
+    __slots__ = ("_queue", "_tag", "_id")
+
+    def cancel(self, msg=None) -> bool:
+        if not super().cancel(msg):
+            return False
+        queue = getattr(self, "_queue", None)  # None: refused before it started
+        if queue is not None:
+            queue.cancel(self._tag, self._id)
+        return True
+
+    # The coroutine protocol, for asyncio.create_task(conn.idle()) and the like.
+    def send(self, value):
+        return self.__await__().send(value)
+
+    def throw(self, *exc_info):
+        return self.__await__().throw(*exc_info)
+
+    def close(self) -> None:
+        """A coroutine's close: nothing to release (cancel the call with `cancel`)."""
+
+
 # ---------------------------------------------------------------- one queue per event loop
 
 
@@ -112,10 +157,6 @@ class _LoopQueue:
         self.fd = int(library.wool_queue_fd(handle))
         self._loop = weakref.ref(loop)  # the loop's registry entry must not keep it alive
         self._pending: dict[int, asyncio.Future] = {}
-        # The results arrays of sweeps in flight, by tag: libwool writes one when its sweep
-        # completes, so it is kept until that completion is collected, or wool_cancel /
-        # wool_queue_free has returned (after which libwool never writes it).
-        self._sweeps: dict[int, ctypes.Array] = {}
         self._tags = itertools.count(1)
         self._buffer = (_ffi.wool_completion * _BATCH)()
         self._bytes = memoryview(self._buffer).cast("B")
@@ -123,7 +164,6 @@ class _LoopQueue:
         self._count_ref = ctypes.byref(self._count)
         self._call = ctypes.c_uint64()  # the loop's thread starts one call at a time
         self._call_ref = ctypes.byref(self._call)
-        self._lock = threading.Lock()  # `free` (any thread) against `cancel`
         self._finalizer: weakref.finalize | None = None
         #: Completions collected with WOOL_STATUS_CANCELLED (diagnostics, tests): each is a
         #: call that ``wool_cancel`` reset while it was in flight.
@@ -147,47 +187,48 @@ class _LoopQueue:
         """Calls started on this queue whose completion has not been collected yet."""
         return len(self._pending)
 
-    def start(self, loop, conn: _BlockingConnection, function, args: tuple):
+    def start(self, loop, conn: _BlockingConnection, function, args: tuple) -> _Call:
         """Start a call (`function` is wool_idle_start or wool_stop_start) of `conn` on this
-        queue: returns (future, tag, call id); raises as the blocking call would for a bad
-        argument or a closed connection."""
+        queue and return its future; raises as the blocking call would for a bad argument or
+        a closed connection."""
         tag = next(self._tags)
-        # The connection's lock is held over the start (which never blocks), so that `close`
-        # cannot free the handle meanwhile; once started, the call holds its own reference.
-        with conn._lock:
-            if conn._closed:
-                raise ValueError(f"operation on a closed {conn!r}")
-            status = function(conn._handle, self.handle, *args, tag, self._call_ref)
-            if status != _OK:
-                _check(conn._library, status)  # the thread's last error: right after the call
-        future = loop.create_future()
+        # A `close` on another thread meanwhile is libwool's to settle: the call starts (and
+        # holds what it needs) or is refused as closed.
+        conn._call(function, self.handle, *args, tag, self._call_ref)
+        future = _Call(loop=loop)
+        future._queue = self
+        future._tag = tag
+        future._id = self._call.value
         self._pending[tag] = future
-        return future, tag, self._call.value
+        return future
 
     def start_sweep(self, loop, conns: list[_BlockingConnection], seconds: float, most: int):
         """Start one sweep of `conns` (``wool_idle_many_start``, all of this queue's library)
-        on this queue: returns (future, tag, call id, results array, the ValueError of each
-        closed connection); raises as libwool refuses the arguments."""
+        on this queue: returns (future, tag, call id, results array); raises as libwool
+        refuses the arguments. The caller keeps the results array until the sweep's completion
+        is collected, or ``wool_cancel`` / ``wool_queue_free`` has returned: libwool never
+        writes it after either."""
         tag = next(self._tags)
-        _, results, closed = _fleet._start_sweep(conns, seconds, most, self.handle, tag,
-                                                 self._call)
+        _, results = _fleet._start_sweep(conns, seconds, most, self.handle, tag, self._call)
         future = loop.create_future()
         self._pending[tag] = future
-        self._sweeps[tag] = results
-        return future, tag, self._call.value, results, closed
+        return future, tag, self._call.value, results
 
     def cancel(self, tag: int, call: int) -> None:
-        """Cancel a call whose awaiting coroutine is gone (cancelled, closed): the library
+        """Cancel a call whose future was cancelled (or whose awaiting coroutine is gone),
+        unless its completion was already collected: the library
         resets its stream and queues a WOOL_STATUS_CANCELLED completion before
         ``wool_cancel`` returns (a call that already completed is left alone, its completion
         waiting); on the loop's thread both are collected at once."""
-        with self._lock:
-            if self.handle is None:  # freed with its loop, or forgotten after a fork
-                self._pending.pop(tag, None)
-                self._sweeps.pop(tag, None)
-                return
-            self.library.wool_cancel(self.handle, call)
-        self._sweeps.pop(tag, None)  # a cancelled sweep never writes its results
+        if tag not in self._pending:  # completed (its completion collected) or released
+            return
+        handle = self.handle
+        if handle is None:  # freed with its loop, or forgotten after a fork
+            self._pending.pop(tag, None)
+            return
+        # A `free` on another thread meanwhile is libwool's to settle (it refuses a freed
+        # queue); either way the call writes nothing more once this returns.
+        self.library.wool_cancel(handle, call)
         loop = self._loop()
         if loop is not None and _running_loop() is loop:
             self._drain()
@@ -207,7 +248,6 @@ class _LoopQueue:
         data = self._bytes
         count = self._count
         pending = self._pending
-        sweeps = self._sweeps
         unpack = _COMPLETION_HEAD.unpack_from
         while True:
             status = library.wool_queue_next(handle, buffer, _BATCH, 0.0, self._count_ref)
@@ -223,8 +263,6 @@ class _LoopQueue:
             for offset in range(0, n * _COMPLETION_SIZE, _COMPLETION_SIZE):
                 tag, _, status, code, seconds = unpack(data, offset)
                 future = pending.pop(tag, None)
-                if sweeps:
-                    sweeps.pop(tag, None)  # collected: its results were written, or never will be
                 if status == _CANCELLED:
                     self.cancelled += 1
                 if future is None or future.done():  # its awaiter was cancelled
@@ -245,8 +283,7 @@ class _LoopQueue:
         """Release the queue (idempotent; any thread): remove the reader if the loop is still
         open, drop the futures without resolving them, free the ``wool_queue`` (which cancels
         its calls in flight and closes the descriptor)."""
-        with self._lock:
-            handle, self.handle = self.handle, None
+        handle, self.handle = self.handle, None
         if handle is None:
             return
         if self._finalizer is not None:
@@ -255,15 +292,13 @@ class _LoopQueue:
         if loop is not None and not loop.is_closed():
             loop.remove_reader(self.fd)
         self._pending.clear()
-        self.library.wool_queue_free(handle)
-        self._sweeps.clear()
+        self.library.wool_queue_free(handle)  # a second free, from a race, does nothing
 
     def forget(self) -> None:
-        """In a forked child: drop the parent's queue without touching it."""
-        self._lock = threading.Lock()
+        """In a forked child: drop the parent's queue without touching it (a queue belongs to
+        the process that made it: docs/C-API.md)."""
         self.handle = None
         self._pending.clear()
-        self._sweeps.clear()
         if self._finalizer is not None:
             self._finalizer.detach()
 
@@ -282,9 +317,25 @@ _strong_queues: dict = {}
 _registry_lock = threading.Lock()
 
 
+#: The queue `_queue_for` found last, with its library (a loop starting many calls finds it
+#: again without the registry's weak dictionary; the queue refers to its loop weakly).
+_recent: tuple = (None, None)
+
+
 def _queue_for(loop: asyncio.AbstractEventLoop, library: Library) -> _LoopQueue:
     """The queue of `loop` for `library`, made (and registered as the loop's reader) on first
     use. Call on the loop's thread, while it runs."""
+    global _recent
+    recent_library, queue = _recent
+    if recent_library is library and queue.handle is not None and queue._loop() is loop:
+        return queue
+    queue = _lookup_queue(loop, library)
+    _recent = (library, queue)
+    return queue
+
+
+def _lookup_queue(loop: asyncio.AbstractEventLoop, library: Library) -> _LoopQueue:
+    """`_queue_for` without the cache."""
     try:
         per_loop = _queues.get(loop)
     except TypeError:
@@ -387,36 +438,48 @@ class WorkerConnection:
     def closed(self) -> bool:
         return self._blocking.closed
 
-    async def idle(self, timeout: float | None = None) -> float:
+    def idle(self, timeout: float | None = None) -> Awaitable[float]:
         """Seconds the worker has been continuously idle; exactly 0.0 while any task is in
-        flight on it.
+        flight on it. Await the result (or gather it, or wrap it in a task).
+
+        Called in a running event loop, the call starts at once and the result is its future
+        (an `asyncio.Future`, also accepted where a coroutine is wanted, as by
+        ``asyncio.create_task``): ``asyncio.gather`` of many wraps no task around each.
+        Called elsewhere (say ``asyncio.run(conn.idle())``), it returns a coroutine that
+        starts the call when awaited.
 
         :param timeout: the call's deadline in seconds, positive; None = no deadline (the
             channel's keepalive still ends a call to a worker that froze). Cancelling the
-            awaiting task (e.g. by ``asyncio.wait_for``) ends the call at once and resets its
-            stream.
+            future or the task awaiting it (e.g. by ``asyncio.wait_for``) ends the call at
+            once and resets its stream; no other call is touched.
         :raises IdleUnavailable, TransientRpcError, HandshakeError, RpcError: as the
             blocking `libwool.WorkerConnection.idle`.
         :raises ValueError: a timeout of 0, negative or NaN, or the connection is closed
-            (raised before anything starts).
-        :raises asyncio.CancelledError: the awaiting task was cancelled.
+            (raised by the ``await``; nothing started).
+        :raises asyncio.CancelledError: the call or the awaiting task was cancelled.
         """
-        if timeout is None:
-            deadline = math.inf
-        elif type(timeout) is float:  # the common case, checked no further here: libwool
-            deadline = timeout         # alone decides which values are valid
-        else:
-            deadline = _c_seconds(timeout, "timeout", none_means=math.inf)
-        loop = asyncio.get_running_loop()
-        queue = _queue_for(loop, self._library)
-        future, tag, call = queue.start(
-            loop, self._blocking, self._library.wool_idle_start, (deadline,)
-        )
         try:
-            return await future
-        finally:
-            if tag in queue._pending:  # not completed: cancelled, or the coroutine closed
-                queue.cancel(tag, call)
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return self._idle_when_awaited(timeout)
+        try:
+            if timeout is None:
+                deadline = math.inf
+            elif type(timeout) is float:  # the common case, checked no further here: libwool
+                deadline = timeout         # alone decides which values are valid
+            else:
+                deadline = _c_seconds(timeout, "timeout", none_means=math.inf)
+            library = self._library
+            return _queue_for(loop, library).start(
+                loop, self._blocking, library.wool_idle_start, (deadline,)
+            )
+        except Exception as error:  # refused before anything started: raised by the await
+            future = _Call(loop=loop)
+            future.set_exception(error)
+            return future
+
+    async def _idle_when_awaited(self, timeout: float | None) -> float:
+        return await self.idle(timeout)
 
     async def stop(self, grace: float = 0.0, timeout: float | None = None) -> None:
         """Stop (retire) the worker: it refuses new tasks, lets in-flight ones run for
@@ -434,15 +497,14 @@ class WorkerConnection:
         grace_seconds = _c_seconds(grace, "grace", none_means=None)
         deadline = _c_seconds(timeout, "timeout", none_means=math.inf)
         loop = asyncio.get_running_loop()
-        queue = _queue_for(loop, self._library)
-        future, tag, call = queue.start(
+        future = _queue_for(loop, self._library).start(
             loop, self._blocking, self._library.wool_stop_start, (grace_seconds, deadline)
         )
         try:
             await future
         finally:
-            if tag in queue._pending:
-                queue.cancel(tag, call)
+            if not future.done():  # the coroutine was closed unfinished
+                future.cancel()
 
     async def close(self) -> None:
         """Release this handle (its share of the pooled channel; the worker keeps running).
@@ -465,17 +527,6 @@ class WorkerConnection:
 # ---------------------------------------------------------------- many workers
 
 
-def _blocking_of(connection) -> _BlockingConnection:
-    if isinstance(connection, WorkerConnection):
-        return connection._blocking
-    if isinstance(connection, _BlockingConnection):
-        return connection
-    raise TypeError(
-        "connections must be libwool.aio.WorkerConnection or libwool.WorkerConnection, "
-        f"not {type(connection).__name__}"
-    )
-
-
 async def idle_many(
     connections: Iterable[WorkerConnection | _BlockingConnection],
     timeout: float | None = None,
@@ -496,29 +547,26 @@ async def idle_many(
 
     :param timeout: the whole sweep's deadline in seconds, positive; None = none.
     :param max_in_flight: the most polls in flight at once, at least 1.
-    :raises ValueError: a bad timeout (libwool's message), `max_in_flight` below 1, or
+    :raises ValueError: a bad timeout or `max_in_flight` 0 (libwool's message), or
         connections of different loaded libraries.
     :raises TypeError: an element that is not a connection, or a wrong argument type.
     """
-    conns = [_blocking_of(c) for c in connections]
-    if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, numbers.Integral):
-        raise TypeError(f"max_in_flight must be an int, not {type(max_in_flight).__name__}")
-    max_in_flight = int(max_in_flight)
-    if max_in_flight < 1:
-        raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+    conns = _fleet._connections(connections)
+    most = _fleet._count(max_in_flight, "max_in_flight")
     seconds = _c_seconds(timeout, "timeout", none_means=math.inf)
     library = _fleet._library_of(conns)
     if not conns:
-        # The library's own check of the timeout (an empty sweep runs nothing).
-        _check(library, library.wool_idle_many(None, 0, seconds, 1, None, None, None))
+        # The library's own checks of the arguments (an empty sweep runs nothing).
+        _check(library, library.wool_idle_many(None, 0, seconds, most, None, None, None))
         return []
     loop = asyncio.get_running_loop()
     queue = _queue_for(loop, library)
-    future, tag, call, results, closed = queue.start_sweep(loop, conns, seconds,
-                                                           max_in_flight)
+    # `results` is kept by this frame until the sweep has completed or been cancelled (the
+    # finally below runs also when the coroutine is closed unfinished).
+    future, tag, call, results = queue.start_sweep(loop, conns, seconds, most)
     try:
         await future
     finally:
         if tag in queue._pending:  # not completed: cancelled, or the coroutine closed
             queue.cancel(tag, call)
-    return _fleet._sweep_results(library, results, len(conns), closed)
+    return _fleet._sweep_results(library, results, conns)

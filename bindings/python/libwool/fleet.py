@@ -26,7 +26,6 @@ registry a Wool pool publishes on this host.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import json
 import math
@@ -40,17 +39,10 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from . import _ffi
-from . import (
-    WorkerConnection,
-    WorkerCredentials,
-    _c_seconds,
-    _c_text,
-    _c_unsigned,
-    _channel_options,
-    _check,
-    _error,
-    _make_handle,
-)
+from ._connection import WorkerConnection, _make_handle
+from ._convert import _CHANNEL_OPTIONS, _c_seconds, _c_text, _c_unsigned, _channel_options
+from ._credentials import WorkerCredentials
+from ._errors import _check, _error
 from ._ffi import Library
 
 __all__ = [
@@ -289,8 +281,6 @@ def connect_worker(worker: DiscoveredWorker, credentials: WorkerCredentials | No
 
 
 def _channel_option_names() -> Iterable[str]:
-    from . import _CHANNEL_OPTIONS
-
     return _CHANNEL_OPTIONS.keys()
 
 
@@ -444,17 +434,24 @@ def watch(namespace: str, *, lan: bool = False,
 
 
 def _connections(connections: Iterable) -> list[WorkerConnection]:
-    """The blocking connections of `connections`: `libwool.aio` ones are accepted too (they
-    wrap a blocking one). `libwool.aio` (and asyncio with it, ~25 ms) is imported only when
-    something other than a blocking connection is given."""
-    out = []
-    for connection in connections:
-        if not isinstance(connection, WorkerConnection):
-            from . import aio
+    """The blocking connections of `connections` (`_blocking_of` each)."""
+    return [connection if type(connection) is WorkerConnection else _blocking_of(connection)
+            for connection in connections]
 
-            connection = aio._blocking_of(connection)
-        out.append(connection)
-    return out
+
+def _blocking_of(connection) -> WorkerConnection:
+    """The blocking `WorkerConnection` of `connection`: itself, or the one a
+    `libwool.aio.WorkerConnection` wraps (its ``blocking``; read without importing
+    `libwool.aio`, which imports this module)."""
+    if isinstance(connection, WorkerConnection):
+        return connection
+    blocking = getattr(connection, "blocking", None)
+    if isinstance(blocking, WorkerConnection):
+        return blocking
+    raise TypeError(
+        "connections must be libwool.aio.WorkerConnection or libwool.WorkerConnection, "
+        f"not {type(connection).__name__}"
+    )
 
 
 def _count(value: int, name: str) -> int:
@@ -470,34 +467,27 @@ def _count(value: int, name: str) -> int:
 
 def _library_of(conns: list[WorkerConnection]) -> Library:
     """The one library of `conns` (the default one for none)."""
-    libraries = {id(c._library): c._library for c in conns}
+    libraries = {c._library for c in conns}  # a Library hashes by identity
     if len(libraries) > 1:
         raise ValueError("connections made with different libwool libraries cannot be mixed")
-    return next(iter(libraries.values()), None) or _ffi.default()
+    return next(iter(libraries), None) or _ffi.default()
 
 
-@contextlib.contextmanager
 def _handles(conns: list[WorkerConnection]):
-    """The live handles of `conns` for one call (each kept from being freed until the block
-    ends), their library, and the ValueError of each closed one (its handle None)."""
+    """The handles of `conns` for one call, and their library. A connection closed before the
+    call (or during it, on another thread) is refused in its slot by libwool; one closed after
+    the call has started is polled all the same (libwool keeps what the call needs)."""
     library = _library_of(conns)
     array = (_ffi.ConnectionPtr * max(len(conns), 1))()
-    closed: dict[int, Exception] = {}
-    # Each begun call ended once (not a context manager a connection: ~3 µs each in CPython,
-    # a tenth of a warm sweep's time per worker).
-    begun: list[WorkerConnection] = []
-    try:
-        for i, conn in enumerate(conns):
-            try:
-                array[i] = conn._begin_call()
-            except ValueError as e:
-                closed[i] = e  # NULL in its slot
-            else:
-                begun.append(conn)
-        yield library, array, closed
-    finally:
-        for conn in begun:
-            conn._end_call()
+    array[:len(conns)] = [conn._handle for conn in conns]  # one slice: half a loop's time
+    return library, array
+
+
+def _closed_error(conn: WorkerConnection, status: int) -> Exception | None:
+    """The ValueError of a slot libwool refused because its connection was closed."""
+    if status == _ffi.INVALID_ARGUMENT and conn.closed:
+        return ValueError(f"operation on a closed {conn!r}")
+    return None
 
 
 def _slot_error(library: Library, status: int, code: int, call: str,
@@ -509,35 +499,54 @@ def _slot_error(library: Library, status: int, code: int, call: str,
 
 
 def _start_sweep(conns: list[WorkerConnection], seconds: float, most: int, queue, tag: int,
-                 call) -> tuple[Library, ctypes.Array, dict[int, Exception]]:
+                 call) -> tuple[Library, ctypes.Array]:
     """Starts one sweep of `conns` (``wool_idle_many_start``) on `queue` (a ``wool_queue`` of
     their library), tagged `tag`, its id written to `call` (a ``c_uint64``). Returns the
-    library, the results array (the library writes it when the sweep completes: keep it alive
-    until the completion is collected, or ``wool_cancel`` / ``wool_queue_free`` has returned)
-    and the ValueError of each closed connection. The handles are held only while it starts:
-    the sweep keeps what it needs. Raises as the library refuses the arguments."""
+    library and the results array (the library writes it when the sweep completes: keep it
+    alive until the completion is collected, or ``wool_cancel`` / ``wool_queue_free`` has
+    returned). Raises as the library refuses the arguments."""
     count = len(conns)
     results = (_ffi.wool_poll_result * max(count, 1))()
-    with _handles(conns) as (library, array, closed):
-        _check(library, library.wool_idle_many_start(array, count, seconds, most, queue, tag,
-                                                     results, ctypes.byref(call)))
-    return library, results, closed
+    library, array = _handles(conns)
+    _check(library, library.wool_idle_many_start(array, count, seconds, most, queue, tag,
+                                                 results, ctypes.byref(call)))
+    return library, results
 
 
-def _sweep_results(library: Library, results, count: int,
-                   closed: dict[int, Exception]) -> list[Union[float, Exception]]:
+# A sweep's results array read by column (every slot's status, every slot's seconds: one
+# list each, made by memoryview in C) rather than as a ctypes structure object a worker.
+_RESULT_SIZE = ctypes.sizeof(_ffi.wool_poll_result)
+_STATUS_OFFSET = _ffi.wool_poll_result.status.offset
+_SECONDS_OFFSET = _ffi.wool_poll_result.seconds.offset
+if (_RESULT_SIZE % 8, _SECONDS_OFFSET % 8, _STATUS_OFFSET % 4) != (0, 0, 0):  # pragma: no cover
+    raise ImportError("libwool.fleet: unexpected wool_poll_result layout")
+
+
+def _result_column(results, code: str, offset: int, count: int) -> list:
+    """Field `offset` (struct format `code`: ``"i"`` or ``"d"``) of the first `count` slots
+    of `results` (a ``wool_poll_result`` array), as a list."""
+    view = memoryview(results).cast("B").cast(code)
+    step = _RESULT_SIZE // view.itemsize
+    first = offset // view.itemsize
+    return view[first:first + step * count:step].tolist()
+
+
+def _sweep_results(library: Library, results,
+                   conns: list[WorkerConnection]) -> list[Union[float, Exception]]:
     """A completed sweep's results: the idle seconds, or the exception `WorkerConnection.idle`
-    would have raised, with the library's message for that worker."""
-    out: list = []
-    for i in range(count):
-        result = results[i]
-        if i in closed:
-            out.append(closed[i])
-        elif result.status == _ffi.OK:
-            out.append(result.seconds)
-        else:
-            out.append(_slot_error(library, result.status, result.rpc_code, "wool_idle",
-                                   result.message))
+    would have raised, with the library's message for that worker. Read from the array by
+    column; only a failed slot is read as a structure (for its message)."""
+    count = len(conns)
+    out: list = _result_column(results, "d", _SECONDS_OFFSET, count)
+    statuses = _result_column(results, "i", _STATUS_OFFSET, count)
+    if statuses.count(_ffi.OK) == count:
+        return out
+    for i, status in enumerate(statuses):
+        if status != _ffi.OK:
+            result = results[i]
+            out[i] = (_closed_error(conns[i], status)
+                      or _slot_error(library, status, result.rpc_code, "wool_idle",
+                                     result.message))
     return out
 
 
@@ -576,7 +585,7 @@ def sweep(connections: Iterable[WorkerConnection], timeout: float | None = 5.0,
     _check(library, library.wool_queue_new(ctypes.byref(queue)))
     try:
         call = ctypes.c_uint64()
-        library, results, closed = _start_sweep(conns, seconds, most, queue, 1, call)
+        library, results = _start_sweep(conns, seconds, most, queue, 1, call)
         completion = _ffi.wool_completion()
         count = ctypes.c_size_t()
         while not count.value:
@@ -585,7 +594,7 @@ def sweep(connections: Iterable[WorkerConnection], timeout: float | None = 5.0,
         if completion.status != _ffi.OK:  # the sweep as a whole failed: not expected
             raise _error(library, completion.status,
                          completion.message.decode("utf-8", "replace"), completion.rpc_code)
-        return _sweep_results(library, results, len(conns), closed)
+        return _sweep_results(library, results, conns)
     finally:
         library.wool_queue_free(queue)
 
@@ -674,14 +683,15 @@ def retire_idle(connections: Iterable[WorkerConnection], policy: RetirePolicy,
     most = _count(max_in_flight, "max_in_flight")
     count = len(conns)
     out = (_ffi.wool_retire_decision * max(count, 1))()
-    with _handles(conns) as (library, array, closed):
-        _check(library, library.wool_retire_idle(array, count, ctypes.byref(c_policy),
-                                                 seconds, most, out))
+    library, array = _handles(conns)
+    _check(library, library.wool_retire_idle(array, count, ctypes.byref(c_policy),
+                                             seconds, most, out))
     decisions = []
-    for i in range(count):
+    for i, conn in enumerate(conns):
         d = out[i]
-        idle_error = closed.get(i) or _slot_error(library, d.poll_status, d.poll_rpc_code,
-                                                  "wool_idle", d.message)
+        idle_error = (_closed_error(conn, d.poll_status)
+                      or _slot_error(library, d.poll_status, d.poll_rpc_code, "wool_idle",
+                                     d.message))
         decisions.append(RetireDecision(
             reason=library.wool_retire_reason_name(d.reason).decode("utf-8"),
             retire=bool(d.retire),

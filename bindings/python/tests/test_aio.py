@@ -120,6 +120,77 @@ def test_aio_a_thousand_gathered_polls_on_one_connection_all_succeed(worker):
     assert (in_flight, left, cancelled) == (0, 0, 0)
 
 
+def test_aio_idle_is_its_calls_future_and_is_accepted_as_a_coroutine(worker, unused_address):
+    # Given a connection, When idle() is called in a running loop, Then it returns the call's
+    # future (gathered as it is, no task around it), which asyncio.create_task and a
+    # TaskGroup accept as a coroutine; a refused call (closed connection, bad timeout) raises
+    # only when awaited. Outside a loop it is a coroutine that asyncio.run runs.
+    async def main():
+        conn = aio.WorkerConnection(worker.address)
+        call = conn.idle(timeout=5.0)
+        assert isinstance(call, asyncio.Future) and asyncio.iscoroutine(call)
+        gathered = await asyncio.gather(call, conn.idle(timeout=5.0))
+        task = asyncio.create_task(conn.idle(timeout=5.0))
+        if hasattr(asyncio, "TaskGroup"):  # Python 3.11 and later
+            async with asyncio.TaskGroup() as group:
+                grouped = group.create_task(conn.idle(timeout=5.0))
+            grouped = grouped.result()
+        else:
+            grouped = await asyncio.ensure_future(conn.idle(timeout=5.0))
+        tasked = await task
+        bad = conn.idle(timeout=-1.0)  # nothing raised here
+        queue = loop_queue()
+        await conn.close()
+        closed = conn.idle(timeout=5.0)
+        errors = []
+        for refused in (bad, closed):
+            with pytest.raises(ValueError) as raised:
+                await refused
+            errors.append(str(raised.value))
+        return gathered + [tasked, grouped], errors, queue.in_flight
+
+    readings, errors, in_flight = run(main())
+    assert all(isinstance(r, float) and r >= 0.0 for r in readings) and len(readings) == 4
+    assert "timeout" in errors[0] and "closed" in errors[1]
+    assert in_flight == 0
+    conn = aio.WorkerConnection(worker.address)
+    try:
+        assert isinstance(asyncio.run(conn.idle(timeout=5.0)), float)
+    finally:
+        conn.blocking.close()
+
+
+def test_aio_cancelling_one_call_of_a_batch_cancels_only_it(worker):
+    # Given eight idle() calls started at once on a frozen worker (no deadline), When one
+    # call's future is cancelled and a task awaiting another is cancelled, Then the library
+    # resets just those two calls (two WOOL_STATUS_CANCELLED completions); once the worker
+    # runs again the six others answer with readings.
+    async def main():
+        async with aio.WorkerConnection(worker.address) as conn:
+            await conn.idle(timeout=5.0)
+            queue = loop_queue()
+            with frozen(worker):
+                calls = [conn.idle() for _ in range(8)]
+                waiting = asyncio.create_task(calls[5])
+                await asyncio.sleep(0.3)
+                assert queue.in_flight == 8 and not any(c.done() for c in calls)
+                assert calls[2].cancel()
+                waiting.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await waiting
+                during = (queue.cancelled, queue.in_flight)
+            others = [c for i, c in enumerate(calls) if i not in (2, 5)]
+            readings = await asyncio.gather(*others)
+            return (during, [c.cancelled() for c in calls], readings, queue.in_flight,
+                    uncollected(queue))
+
+    during, cancelled, readings, in_flight, left = run(main())
+    assert during == (2, 6)
+    assert cancelled == [i in (2, 5) for i in range(8)]
+    assert len(readings) == 6 and all(isinstance(r, float) for r in readings)
+    assert (in_flight, left) == (0, 0)
+
+
 def test_aio_stop_retires_the_worker(worker):
     # When stop(grace=0) is awaited, Then it returns None, the worker exits 0, and a later
     # idle is TransientRpcError UNAVAILABLE.
@@ -272,7 +343,7 @@ def test_aio_a_call_cancelled_by_the_library_is_cancelled_error(silent_listener)
 
         def spy(*args):
             started = start(*args)
-            calls.append(started[2])
+            calls.append(started._id)
             return started
 
         queue.start = spy
@@ -291,7 +362,7 @@ def test_aio_a_call_cancelled_by_the_library_is_cancelled_error(silent_listener)
 
 
 def test_cancelled_status_is_libwool_cancelled_in_the_blocking_api():
-    error = libwool._error(LIBRARY, _ffi.CANCELLED, "wool_cancel: the call was cancelled", 1)
+    error = libwool._errors._error(LIBRARY, _ffi.CANCELLED, "wool_cancel: the call was cancelled", 1)
     assert type(error) is libwool.Cancelled
     assert isinstance(error, libwool.WoolError) and not isinstance(error, libwool.RpcError)
     assert not isinstance(error, asyncio.CancelledError)

@@ -158,7 +158,7 @@ def test_an_unknown_backend_is_refused_by_the_library():
     listing = _ffi.WorkerListPtr()
     status = libwool._ffi.default().wool_discover(b"fine", 7, 0.0, ctypes.byref(listing))
     with pytest.raises(ValueError, match="backend must be"):
-        libwool._check(_ffi.default(), status)
+        libwool._errors._check(_ffi.default(), status)
     assert not listing
 
 
@@ -359,6 +359,34 @@ def test_sweep_polls_a_fleet(spawn_worker, unused_address):
     assert results[2].details.startswith("wool_idle: ") and unused_address in results[2].details
     assert isinstance(results[3], ValueError) and "closed" in str(results[3])
     assert fleet.sweep([]) == []
+
+
+def test_sweep_results_are_a_list_in_slot_order(worker, unused_address):
+    # Given 60 slots of one worker, with an unreachable address in every 7th and a closed
+    # connection in every 13th, When they are swept, Then the result is a plain list of 60
+    # in slot order: a float for each worker slot, TransientRpcError for each unreachable
+    # one, ValueError for each closed one; a sweep of only the worker is all floats.
+    good = libwool.WorkerConnection(worker.address)
+    bad = libwool.WorkerConnection(unused_address)
+    closed = libwool.WorkerConnection(worker.address)
+    closed.close()
+    slots = [closed if i % 13 == 12 else bad if i % 7 == 6 else good for i in range(60)]
+    try:
+        mixed = fleet.sweep(slots, timeout=10.0, max_in_flight=16)
+        healthy = fleet.sweep([good] * 40, timeout=10.0)
+    finally:
+        good.close()
+        bad.close()
+    assert type(mixed) is list and len(mixed) == 60
+    for i, result in enumerate(mixed):
+        if slots[i] is good:
+            assert type(result) is float and result >= 0.0, (i, result)
+        elif slots[i] is bad:
+            assert type(result) is libwool.TransientRpcError and result.code == 14, (i, result)
+        else:
+            assert type(result) is ValueError and "closed" in str(result), (i, result)
+    assert type(healthy) is list and len(healthy) == 40
+    assert all(type(r) is float and r >= 0.0 for r in healthy)
 
 
 def test_sweep_refuses_bad_arguments(worker):

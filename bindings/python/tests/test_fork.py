@@ -173,19 +173,36 @@ def test_a_fork_while_a_call_in_the_parent_is_blocked(worker, silent_listener):
         assert conn.idle(timeout=5.0) >= 0.0
 
 
-def test_a_fork_while_a_connection_is_locked_does_not_deadlock_the_child(worker):
-    # The binding's own lock: a parent thread may hold a connection's lock (entering or
-    # leaving a call) at the instant of the fork. The child gets fresh locks, so it can use
-    # and close the connection. Holding the lock here makes that instant certain.
+def test_a_fork_while_another_thread_closes_a_connection_leaves_the_child_working(worker):
+    # The binding holds no lock of its own around a connection (libwool owns the handle's
+    # lifetime), so a fork can catch no such lock held. A parent thread closing connections
+    # in a loop while the parent forks: the child still polls through a connection it
+    # inherited open, and one the parent had closed is refused there as closed.
     with WorkerConnection(worker.address) as conn:
         assert conn.idle(timeout=5.0) >= 0.0
+        closed = WorkerConnection(worker.address)
+        closed.close()
+        stop = threading.Event()
 
-        def in_child() -> float:
-            seconds = conn.idle(timeout=5.0)
-            conn.close()
-            return seconds
+        def churn() -> None:
+            while not stop.is_set():
+                WorkerConnection(worker.address).close()
 
-        with conn._lock:
-            seconds = run_in_child(in_child)
+        thread = threading.Thread(target=churn)
+        thread.start()
+        try:
+            def in_child() -> tuple[float, str]:
+                seconds = conn.idle(timeout=5.0)
+                try:
+                    closed.idle(timeout=5.0)
+                except ValueError as e:
+                    return seconds, str(e)
+                return seconds, "not refused"
+
+            seconds, refusal = run_in_child(in_child)
+        finally:
+            stop.set()
+            thread.join(15)
         assert seconds >= 0.0
+        assert "closed" in refusal, refusal
         assert conn.idle(timeout=5.0) >= 0.0

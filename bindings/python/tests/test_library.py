@@ -229,7 +229,7 @@ def test_each_status_raises_its_exception_with_the_last_error(status, exception)
     with pytest.raises(ValueError):
         libwool.WorkerConnection("")
     with pytest.raises(exception) as caught:
-        libwool._check(LIBRARY, status)
+        libwool._errors._check(LIBRARY, status)
     assert type(caught.value) is exception
     assert 'wool_connect: invalid target ""' in str(caught.value)
     if status == 42:
@@ -237,4 +237,4 @@ def test_each_status_raises_its_exception_with_the_last_error(status, exception)
 
 
 def test_ok_raises_nothing():
-    assert libwool._check(LIBRARY, _ffi.OK) is None
+    assert libwool._errors._check(LIBRARY, _ffi.OK) is None

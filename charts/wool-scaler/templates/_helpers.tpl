@@ -67,6 +67,18 @@ capabilities: {drop: [ALL]}
 {{- if and (eq $f.source "dns") (not $f.dnsName) (not .Values.workers.enabled) -}}
 {{- fail "scaledObject.fleet.dnsName: fleet.source is dns: give dnsName, or enable workers (their headless Service)" -}}
 {{- end -}}
+{{- if and (eq $f.source "pods") (not .Values.rbac.pods) -}}
+{{- fail "rbac.pods: fleet.source is pods: the scaler needs get/list/watch on pods (set rbac.pods)" -}}
+{{- end -}}
+{{- if and (eq $f.source "pods") (not $f.podSelector) (not .Values.workers.enabled) -}}
+{{- fail "scaledObject.fleet.podSelector: fleet.source is pods: give podSelector, or enable workers (their pods' labels)" -}}
+{{- end -}}
+{{- if and .Values.scaledObject.deletionCost (ne $f.source "pods") -}}
+{{- fail "scaledObject.deletionCost: needs fleet.source pods (the scaler annotates the pods it watches)" -}}
+{{- end -}}
+{{- if and .Values.scaledObject.deletionCost (not .Values.rbac.deletionCost) -}}
+{{- fail "rbac.deletionCost: scaledObject.deletionCost needs patch on pods (set rbac.deletionCost)" -}}
+{{- end -}}
 {{- if and (not .Values.scaledObject.scaleTargetName) (not .Values.workers.enabled) -}}
 {{- fail "scaledObject.scaleTargetName: give the Deployment to scale, or enable workers" -}}
 {{- end -}}

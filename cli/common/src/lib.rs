@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[cfg(feature = "server")]
-use libwool::worker::{CredentialReload, ServerCredentialFiles};
+use libwool::server::{CredentialReload, ServerCredentialFiles};
 
 #[cfg(feature = "server")]
 /// The server-side TLS flags (the files are read again when one of them changes and on SIGHUP:

@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use libwool::scaler::Scaler;
+use libwool::scaler::{PodBounds, Scaler};
 
 /// A KEDA external scaler: its metric is the number of busy Wool workers; it is active while any worker is busy
 #[derive(Debug, Parser)]
@@ -43,6 +43,17 @@ struct Args {
     /// (e.g. the mounted Secret, `/tls`). Without it, metadata may name no TLS files.
     #[arg(long, value_name = "DIR")]
     tls_files_dir: Option<std::path::PathBuf>,
+    /// The most pods one `podSelector` fleet may pick: past it that fleet's metric requests
+    /// fail, naming this bound, while other fleets keep serving.
+    #[arg(long, value_name = "N", default_value_t = libwool::scaler::DEFAULT_MAX_PODS_PER_GROUP,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_pods_per_fleet: usize,
+    /// The most `podSelector` fleets (distinct selector, port, TLS and sweep deadline) the
+    /// ScaledObjects of one namespace may have at once.
+    #[arg(long, value_name = "N",
+          default_value_t = libwool::scaler::DEFAULT_MAX_POD_GROUPS_PER_NAMESPACE,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_pod_fleets_per_namespace: usize,
     #[command(flatten)]
     logs: cli::LogArgs,
 }
@@ -67,7 +78,12 @@ async fn run(args: Args) -> Result<(), String> {
     // Signals are taken before the address is printed: a supervisor may signal as soon as it
     // has read it.
     let mut signals = cli::Signals::take()?;
-    let mut builder = Scaler::builder().listen(args.listen.clone());
+    let mut builder = Scaler::builder()
+        .listen(args.listen.clone())
+        .pod_bounds(PodBounds {
+            max_pods_per_group: args.max_pods_per_fleet,
+            max_pod_groups_per_namespace: args.max_pod_fleets_per_namespace,
+        });
     if let Some(files) = args.tls.files()? {
         builder = builder.credentials_from_files(files);
     }

@@ -2,11 +2,9 @@
 //! the HTTP/2 handshake with this client's limits, spawning the connection task, and the wait
 //! for the worker's HTTP/2 SETTINGS — all of it within the connect timeout.
 
-use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,11 +12,11 @@ use h2::client::SendRequest;
 use tokio_rustls::TlsConnector;
 
 use super::config::ChannelConfig;
-use super::connection::{drive, ConnectionState, Open};
+use super::connection::{drive, Connection, ConnectionState, Driven, Open};
 use super::failure::{io_failure, tls_handshake_failure, tls_rejection};
 use super::keepalive::keepalive_task;
 use crate::connection::error::{Cause, TransportFailure};
-use crate::connection::transport::{Heard, Socket, TlsSocket};
+use crate::connection::transport::{FirstBytes, LastHeard, Socket, TlsSocket};
 
 /// h2's budget for the framing overhead of small DATA frames received on a connection. h2
 /// (0.4.20) charges it for a frame that arrives on a stream this client already reset — the
@@ -67,6 +65,7 @@ pub(super) async fn dial(
     let limit = config.connect_timeout.unwrap_or_default();
     let peer_spoke_tls = Arc::new(AtomicBool::new(false));
     let tls_failure = Arc::new(OnceLock::new());
+    let heard = Arc::new(LastHeard::new());
     let connect = async {
         let socket = Socket::connect(config.target.clone())
             .await
@@ -84,7 +83,7 @@ pub(super) async fn dial(
             None => {
                 stage.store(HTTP2, Ordering::Relaxed);
                 let socket = socket.sniffing_for_tls(Arc::clone(&peer_spoke_tls));
-                handshake(builder, socket, fd, &target, None).await
+                handshake(builder, socket, fd, &heard, &target, None).await
             }
             Some((tls, name)) => {
                 stage.store(TLS_HANDSHAKE, Ordering::Relaxed);
@@ -123,7 +122,7 @@ pub(super) async fn dial(
                     // after the client's preface): HTTP/2 takes over.
                     Ok(Ok(_)) | Err(_) => {}
                 }
-                handshake(builder, socket, fd, &target, Some(&tls_failure)).await
+                handshake(builder, socket, fd, &heard, &target, Some(&tls_failure)).await
             }
         }
     };
@@ -149,12 +148,9 @@ pub(super) async fn dial(
         pings_without_data: AtomicU32::new(0),
         keepalive: config.keepalive,
         keepalive_task: OnceLock::new(),
+        driven: Mutex::new(Driven::new(connection)),
     });
-    let mut task = tokio::spawn(drive(
-        connection,
-        Arc::clone(&state),
-        Arc::clone(&interval_ms),
-    ));
+    let mut task = tokio::spawn(drive(Arc::clone(&state), Arc::clone(&interval_ms)));
     // The connection is set up once the worker has spoken: its first frame is its SETTINGS
     // (h2 checks that it is). A connection that ends first is handed on as it is: the call's
     // first step on it fails with the reason the connection task met (a TLS alert, a reset).
@@ -193,6 +189,7 @@ pub(super) async fn dial(
         send,
         state,
         fd,
+        heard,
         task: Arc::new(task.abort_handle()),
     })
 }
@@ -217,8 +214,6 @@ fn connect_timeout(target: &str, limit: Duration, stage: u8) -> TransportFailure
     )
 }
 
-/// The connection future, boxed: it is the same type whatever the socket.
-pub(super) type Connection = Pin<Box<dyn Future<Output = Result<(), h2::Error>> + Send>>;
 /// What the HTTP/2 handshake gives: the stream handle, the socket's descriptor, the connection
 /// future, what says that the worker's first bytes came, and its PING handle.
 struct Handshaken {
@@ -233,13 +228,14 @@ async fn handshake<T>(
     builder: h2::client::Builder,
     io: T,
     fd: RawFd,
+    heard: &Arc<LastHeard>,
     target: &str,
     tls_failure: Option<&OnceLock<String>>,
 ) -> Result<Handshaken, TransportFailure>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (io, spoke) = Heard::new(io);
+    let (io, spoke) = FirstBytes::new(io, Arc::clone(heard));
     let (send, mut connection) = builder.handshake::<_, Bytes>(io).await.map_err(|e| {
         match tls_failure.and_then(OnceLock::get) {
             Some(reason) => tls_rejection(target, reason),

@@ -1,61 +1,9 @@
-//! What a failed connection or handshake is reported as: an h2 error on a connection, an I/O
-//! error, a TLS rejection or a failed TLS handshake, each sorted into a [`TransportFailure`]
-//! with its [`Cause`].
+//! What a failed connection or handshake is reported as: an I/O error, a TLS rejection or a
+//! failed TLS handshake, each sorted into a [`TransportFailure`] with its [`Cause`]. (An h2
+//! error on an open connection is sorted by [`ConnectionState::failure`](super::connection::ConnectionState::failure),
+//! which knows what the connection saw.)
 
-use std::sync::atomic::Ordering;
-
-use super::connection::ConnectionState;
 use crate::connection::error::{Cause, TransportFailure};
-
-impl ConnectionState {
-    /// The [`TransportFailure`] for an h2 error on this connection, sorted by the error's type.
-    pub(super) fn failure(&self, error: &h2::Error) -> TransportFailure {
-        let target = &self.target;
-        if self.keepalive_expired.load(Ordering::Acquire) {
-            let timeout = self.keepalive.map(|k| k.timeout).unwrap_or_default();
-            return TransportFailure::new(
-                Cause::KeepaliveTimeout,
-                format!(
-                    "the worker at {target} stopped answering keepalive pings (no PING ack \
-                     within {:.3} s): it is frozen or its network path is cut",
-                    timeout.as_secs_f64()
-                ),
-            );
-        }
-        if let Some(reason) = self.tls_failure.get() {
-            return tls_rejection(target, reason);
-        }
-        if self.peer_spoke_tls.load(Ordering::Acquire) {
-            return TransportFailure::new(
-                Cause::Tls,
-                format!(
-                    "TLS mismatch: the worker at {target} answered with TLS, but this \
-                     connection is plaintext (give the connection TLS credentials)"
-                ),
-            );
-        }
-        if let Some(io) = error.get_io() {
-            return io_failure(target, "connection", io);
-        }
-        let reason = error.reason().unwrap_or(h2::Reason::INTERNAL_ERROR);
-        let cause = if error.is_go_away() && error.is_remote() {
-            Cause::GoingAway
-        } else if error.is_reset() && error.is_remote() {
-            match reason {
-                h2::Reason::REFUSED_STREAM => Cause::GoingAway,
-                h2::Reason::CANCEL => Cause::Cancelled,
-                h2::Reason::ENHANCE_YOUR_CALM => Cause::Exhausted,
-                _ => Cause::Protocol,
-            }
-        } else {
-            Cause::Protocol
-        };
-        TransportFailure::new(
-            cause,
-            format!("HTTP/2 with the worker at {target}: {error}"),
-        )
-    }
-}
 
 /// A TLS failure after the handshake: the worker refused this client (its certificate, most
 /// often: not signed by a CA the worker trusts, or missing).

@@ -125,13 +125,15 @@ impl Http2Channel {
     /// A host that polls, say, once a minute leaves the library's runtime idle in between, so
     /// nothing reads the socket: a worker that closed the connection meanwhile (it was replaced,
     /// or grpcio closed a connection whose keepalive pings went unanswered) is not yet noticed
-    /// by the connection task. So every call first asks the socket directly (one `poll`, no
-    /// wait) whether the peer hung up, and a closed connection is replaced instead of failing
-    /// the call — also one used moments ago by a worker since replaced on the same port.
+    /// by the connection task. So a call first asks the socket directly (one `poll`, no wait)
+    /// whether the peer hung up, and a closed connection is replaced instead of failing the
+    /// call — also one used a second ago by a worker since replaced on the same port. A call
+    /// made less than [`RECENTLY_HEARD`](connection::RECENTLY_HEARD) after the worker was last
+    /// heard from does not ask (the reasons are there).
     async fn connection(&self) -> Result<Open, TransportFailure> {
         let mut open = self.shared.open.lock().await;
         if let Some(current) = open.as_ref().filter(|o| !o.is_ended()) {
-            if !current.peer_hung_up() {
+            if !current.hung_up_unseen() {
                 return Ok(current.clone());
             }
             current.state.ended.store(true, Ordering::Release);
@@ -220,7 +222,10 @@ impl Http2Channel {
         if std::future::poll_fn(|cx| pump.poll_ready_part(cx)).now_or_never_pending() {
             tokio::spawn(pump.run());
         }
-        let mut response = response.await.map_err(|e| state.failure(&e))?;
+        let mut response = state
+            .drive_while(response)
+            .await
+            .map_err(|e| state.failure(&e))?;
         readable_status(response.headers_mut());
         let encoding = unoffered_encoding(response.headers_mut());
         let stream_turn = streaming.then_some(turn);

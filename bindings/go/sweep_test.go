@@ -582,7 +582,8 @@ func TestRetireIdleKeepsWhatItCannotPoll(t *testing.T) {
 }
 
 // Given a live connection used by a round, when it is closed while the round runs, then the
-// round still completes with its decision and the handle is released once it returns.
+// round still completes with its decision (the library keeps what the round needs), and the
+// handle is released at once.
 func TestRetireIdleKeepsAConnectionClosedDuringTheRound(t *testing.T) {
 	t.Parallel()
 	conn := connect(t, workertest.StartHoldServer(t).Address()) // never answers
@@ -603,7 +604,7 @@ func TestRetireIdleKeepsAConnectionClosedDuringTheRound(t *testing.T) {
 		t.Fatalf("decisions %+v; want one, unreachable (the poll's deadline passed)", decisions)
 	}
 	if !wool.Freed(conn) {
-		t.Error("the handle closed during the round was not released after it")
+		t.Error("Close during the round did not free the handle")
 	}
 }
 

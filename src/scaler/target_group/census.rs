@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::connection::Error;
 use crate::fleet::Reason;
-use crate::scaler::metadata::{CountAs, FleetSpec};
+use crate::scaler::metadata::{CountAs, TriggerSpec};
 
 /// One sweep of a fleet: each member's poll outcome, in a stable order (by address).
 #[derive(Debug)]
@@ -44,7 +44,7 @@ impl Count {
 impl Census {
     /// Counts the census by `spec`'s threshold and its rules for workers it could not read
     /// (each poll judged by [`Reason::of_poll`], as the retire policy judges it).
-    pub(crate) fn count(&self, spec: &FleetSpec) -> Count {
+    pub(crate) fn count(&self, spec: &TriggerSpec) -> Count {
         let mut count = Count::default();
         for (_, poll) in &self.polls {
             match Reason::of_poll(poll, spec.idle_threshold) {
@@ -74,7 +74,7 @@ pub(crate) enum Freshness {
 mod tests {
     use super::*;
     use crate::connection::ErrorKind;
-    use crate::scaler::fleet::tests::spec;
+    use crate::scaler::target_group::tests::spec;
 
     #[test]
     fn a_census_counts_by_each_scaled_objects_rules() {

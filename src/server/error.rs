@@ -2,8 +2,9 @@
 //! worker or a scaler. Both are built on one scaffold (acceptor, TLS, health side port, metrics
 //! endpoint, binding), so one error type says what failed in either.
 
-/// Errors of building or running a server: a worker ([`WorkerError`]) or a scaler
-/// (`libwool::scaler::ScalerError`, the same type).
+/// Errors of building or running a server: a worker
+/// (`libwool::worker::WorkerError`) or a scaler (`libwool::scaler::ScalerError`,
+/// the same type).
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     /// The listen address could not be parsed (`host:port` or `unix:PATH`); the message says
@@ -31,6 +32,3 @@ pub enum ServerError {
     #[error("server task ended abnormally: {0}")]
     Join(#[from] tokio::task::JoinError),
 }
-
-/// Errors of building or running a worker: [`ServerError`] under the worker's name.
-pub type WorkerError = ServerError;

@@ -1,5 +1,6 @@
-//! The worker's TLS: its credentials, the handshake on each accepted connection, and reloading
-//! the certificate, key and CA from their files without dropping a connection.
+//! The servers' TLS (the worker's, the scaler's): their credentials, the handshake on each
+//! accepted connection, and reloading the certificate, key and CA from their files without
+//! dropping a connection.
 //!
 //! Each connection is handshaken with the server configuration current when it was accepted,
 //! so new material applies to new connections while established ones carry on with theirs (as
@@ -21,16 +22,17 @@ use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::server::TlsStream;
 use tonic::transport::server::Connected;
 
-use super::accept::{within_handshake_deadlines, Opening, Readable};
-use super::WorkerError;
+use super::handshake::{within_handshake_deadlines, Opening};
+use super::io::Readable;
+use super::ServerError;
 use crate::tls;
 
 /// How long the file watcher lets a burst of changes settle before reading the files (a
 /// rotation writes several files, often by rename).
 const SETTLE: Duration = Duration::from_millis(100);
 
-/// A worker's TLS identity: its certificate chain and key (PEM), and for mutual TLS the CA
-/// that client certificates must chain to.
+/// A server's TLS identity (a worker's or the scaler's): its certificate chain and key (PEM),
+/// and for mutual TLS the CA that client certificates must chain to.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ServerCredentials {
     cert_pem: Vec<u8>,
@@ -49,7 +51,7 @@ impl std::fmt::Debug for ServerCredentials {
 impl ServerCredentials {
     /// Mutual TLS (Wool's default for secure workers): clients must present a certificate
     /// signed by `ca_pem`. The PEM is checked when the worker starts
-    /// ([`WorkerBuilder::serve`](super::WorkerBuilder::serve)).
+    /// (`libwool::worker::WorkerBuilder::serve`).
     pub fn mutual(
         ca_pem: impl Into<Vec<u8>>,
         cert_pem: impl Into<Vec<u8>>,
@@ -78,40 +80,41 @@ impl ServerCredentials {
 
     /// Checks the material as the worker does before serving it (see [`Self::server_config`]).
     #[cfg(feature = "fuzzing")]
-    pub(crate) fn check(&self) -> Result<(), WorkerError> {
+    pub(crate) fn check(&self) -> Result<(), ServerError> {
         self.server_config().map(drop)
     }
 
     /// The rustls configuration (ALPN `h2`), checking every PEM: a bad one is named.
-    fn server_config(&self) -> Result<ServerConfig, WorkerError> {
+    fn server_config(&self) -> Result<ServerConfig, ServerError> {
         let chain =
-            tls::certificates("worker certificate", &self.cert_pem).map_err(WorkerError::Tls)?;
-        let key = tls::private_key("worker key", &self.key_pem).map_err(WorkerError::Tls)?;
+            tls::certificates("worker certificate", &self.cert_pem).map_err(ServerError::Tls)?;
+        let key = tls::private_key("worker key", &self.key_pem).map_err(ServerError::Tls)?;
         let provider = tls::provider();
         let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
-            .map_err(|e| WorkerError::Tls(format!("TLS setup: {e}")))?;
+            .map_err(|e| ServerError::Tls(format!("TLS setup: {e}")))?;
         let builder = match &self.client_ca_pem {
             Some(ca) => {
-                let roots = tls::root_store("client CA", ca).map_err(WorkerError::Tls)?;
+                let roots = tls::root_store("client CA", ca).map_err(ServerError::Tls)?;
                 let verifier = WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
                     .build()
-                    .map_err(|e| WorkerError::Tls(format!("unusable client CA: {e}")))?;
+                    .map_err(|e| ServerError::Tls(format!("unusable client CA: {e}")))?;
                 builder.with_client_cert_verifier(verifier)
             }
             None => builder.with_no_client_auth(),
         };
         let mut config = builder
             .with_single_cert(chain, key)
-            .map_err(|e| WorkerError::Tls(format!("unusable worker certificate or key: {e}")))?;
+            .map_err(|e| ServerError::Tls(format!("unusable worker certificate or key: {e}")))?;
         config.alpn_protocols = vec![b"h2".to_vec()];
         Ok(config)
     }
 }
 
-/// Where a worker's TLS material is read from, to be read again on
-/// [`WorkerHandle::reload_credentials`](super::WorkerHandle::reload_credentials) (SIGHUP for
-/// `wool-worker`) and whenever one of the files changes.
+/// Where a server's TLS material is read from, to be read again on a reload
+/// (`libwool::worker::WorkerHandle::reload_credentials`,
+/// `ScalerHandle::reload_credentials`; SIGHUP for `wool-worker` and `wool-scaler`) and whenever
+/// one of the files changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerCredentialFiles {
     /// The worker's certificate chain (PEM).
@@ -126,9 +129,9 @@ pub struct ServerCredentialFiles {
 impl ServerCredentialFiles {
     /// Reads the files into credentials (checked when the worker uses them).
     ///
-    /// Errors: [`WorkerError::Tls`] naming a file that cannot be read.
-    pub fn read(&self) -> Result<ServerCredentials, WorkerError> {
-        let read = |path: &Path| tls::read_pem_file(path).map_err(WorkerError::Tls);
+    /// Errors: [`ServerError::Tls`] naming a file that cannot be read.
+    pub fn read(&self) -> Result<ServerCredentials, ServerError> {
+        let read = |path: &Path| tls::read_pem_file(path).map_err(ServerError::Tls);
         Ok(ServerCredentials {
             cert_pem: read(&self.cert)?,
             key_pem: read(&self.key)?,
@@ -154,7 +157,7 @@ impl ServerCredentialFiles {
     }
 }
 
-/// What a reload of the worker's credentials did.
+/// What a reload of a server's credentials did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CredentialReload {
     /// New material was read and checked: connections accepted from now on use it.
@@ -163,7 +166,7 @@ pub enum CredentialReload {
     Unchanged,
 }
 
-/// The worker's TLS state: the configuration new connections are handshaken with, the
+/// A server's TLS state: the configuration new connections are handshaken with, the
 /// material it came from, and the files to reload it from (if any). Its `Debug` names the
 /// files, never the key (rustls' configuration would print its certified key).
 pub(crate) struct ServerTls {
@@ -186,7 +189,7 @@ impl ServerTls {
     pub(crate) fn new(
         credentials: ServerCredentials,
         files: Option<ServerCredentialFiles>,
-    ) -> Result<Arc<Self>, WorkerError> {
+    ) -> Result<Arc<Self>, ServerError> {
         let config = credentials.server_config()?;
         Ok(Arc::new(Self {
             config: ArcSwap::from_pointee(config),
@@ -198,17 +201,17 @@ impl ServerTls {
     /// Reads the files again and, when they hold new material that passes the checks, serves it to connections accepted from now on.
     /// Material that fails is refused with a log line; the previous material stays in force.
     ///
-    /// Errors: [`WorkerError::Tls`] when the credentials were not given as files, or the new
+    /// Errors: [`ServerError::Tls`] when the credentials were not given as files, or the new
     /// material is refused (the message says why).
-    pub(crate) fn reload(&self) -> Result<CredentialReload, WorkerError> {
+    pub(crate) fn reload(&self) -> Result<CredentialReload, ServerError> {
         let Some(files) = &self.files else {
-            return Err(WorkerError::Tls(
+            return Err(ServerError::Tls(
                 "the worker's credentials were given as PEM, not files: nothing to reload".into(),
             ));
         };
         let mut material = self.material.lock().unwrap_or_else(|p| p.into_inner());
         let client_ca = files.client_ca.as_ref().map(|ca| ca.display().to_string());
-        let refuse = |error: WorkerError| {
+        let refuse = |error: ServerError| {
             tracing::warn!(
                 cert = %files.cert.display(),
                 key = %files.key.display(),
@@ -239,11 +242,11 @@ impl ServerTls {
     /// Watches the credential files' directories and reloads (as [`reload`](Self::reload))
     /// after each burst of changes, until `shutdown`.
     ///
-    /// Errors: [`WorkerError::Tls`] when the directories cannot be watched.
+    /// Errors: [`ServerError::Tls`] when the directories cannot be watched.
     pub(crate) fn watch(
         self: &Arc<Self>,
         shutdown: tokio_util::sync::CancellationToken,
-    ) -> Result<(), WorkerError> {
+    ) -> Result<(), ServerError> {
         let Some(files) = &self.files else {
             return Ok(());
         };
@@ -255,12 +258,12 @@ impl ServerTls {
                     let _ = changed.try_send(());
                 }
             })
-            .map_err(|e| WorkerError::Tls(format!("cannot watch the credential files: {e}")))?;
+            .map_err(|e| ServerError::Tls(format!("cannot watch the credential files: {e}")))?;
         for directory in files.directories() {
             watcher
                 .watch(&directory, notify::RecursiveMode::NonRecursive)
                 .map_err(|e| {
-                    WorkerError::Tls(format!("cannot watch {}: {e}", directory.display()))
+                    ServerError::Tls(format!("cannot watch {}: {e}", directory.display()))
                 })?;
         }
         let tls = Arc::clone(self);
@@ -285,10 +288,10 @@ impl ServerTls {
 
 /// The TLS handshake on each accepted connection, with the configuration in force when it was
 /// accepted, within the acceptor's deadlines
-/// ([`FIRST_BYTES_TIMEOUT`](super::accept::FIRST_BYTES_TIMEOUT) for the ClientHello to start,
-/// [`HANDSHAKE_TIMEOUT`](super::accept::HANDSHAKE_TIMEOUT) for the whole). Each connection
-/// opens in a task of its own ([`admit`](super::accept::admit)), so a slow or silent one holds
-/// up no other; a failed handshake drops that connection only.
+/// ([`FIRST_BYTES_TIMEOUT`](super::FIRST_BYTES_TIMEOUT) for the ClientHello to start,
+/// [`HANDSHAKE_TIMEOUT`](super::HANDSHAKE_TIMEOUT) for the whole). Each connection opens in a
+/// task of its own ([`accept_connections`](super::accept::accept_connections)), so a slow or
+/// silent one holds up no other; a failed handshake drops that connection only.
 impl<IO> Opening<IO> for Arc<ServerTls>
 where
     IO: AsyncRead + AsyncWrite + Connected + Readable + Unpin + Send + 'static,

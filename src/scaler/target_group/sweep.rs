@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
-use super::{Census, Fleet};
+use super::pods::{address, PodWatch};
+use super::{Census, TargetGroup};
 use crate::connection::{ChannelOptions, Error, ErrorKind, WorkerConnection};
 use crate::fleet::discovery::{admit, DiscoveredWorker, DEFAULT_LISTEN};
 use crate::fleet::{sweep, SweepOptions};
-use crate::scaler::metadata::{FleetSpec, Source, MAX_TARGETS};
+use crate::scaler::metadata::{Source, TriggerSpec, MAX_TARGETS};
 
 /// The shortest time between the starts of two sweeps of one fleet, however small it is.
 pub(crate) const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(100);
@@ -64,11 +65,11 @@ pub(super) struct Members {
     listing: Option<JoinHandle<Result<Vec<DiscoveredWorker>, Error>>>,
 }
 
-impl Fleet {
+impl TargetGroup {
     pub(super) async fn sweep(
         &self,
         members: &mut Members,
-        spec: &FleetSpec,
+        spec: &TriggerSpec,
     ) -> Result<Census, Error> {
         let started = Instant::now();
         // Set before anything can fail: a failing sweep is rate-limited too.
@@ -180,6 +181,30 @@ impl Fleet {
                 .iter()
                 .map(|target| Member::target(target.clone()))
                 .collect()),
+            Source::Pods {
+                namespace,
+                selector,
+                port,
+            } => {
+                let watch = self.pods.get_or_init(|| {
+                    PodWatch::start(namespace.clone(), selector.clone(), self.max_pods)
+                });
+                // A new group's first listing: wait for it (the sweep's deadline bounds this).
+                while watch.state.lock().expect("not poisoned").awaiting_listing() {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                let state = watch.state.lock().expect("not poisoned");
+                Ok(state
+                    .pods(selector, self.max_pods)?
+                    .iter()
+                    .filter_map(|(name, pod)| {
+                        let address = address(pod.ip.as_ref()?, *port);
+                        let mut member = Member::target(address.clone());
+                        member.key = format!("{name}@{address}");
+                        Some(member)
+                    })
+                    .collect())
+            }
             Source::Namespace { .. } | Source::Dns { .. } => {
                 let running = match listing.take() {
                     Some(running) if !running.is_finished() => running,
@@ -214,7 +239,7 @@ impl Fleet {
                             worker.uid, worker.address, worker.secure, worker.identity
                         ),
                         address: worker.address.clone(),
-                        connect: Box::new(move |fleet: &Fleet| {
+                        connect: Box::new(move |fleet: &TargetGroup| {
                             worker.connect(fleet.credentials.as_ref(), ChannelOptions::default())
                         }),
                     })
@@ -233,7 +258,7 @@ struct Member {
 }
 
 /// How a listed member is connected to, once, when first seen.
-type Connect = Box<dyn FnOnce(&Fleet) -> Result<WorkerConnection, Error> + Send>;
+type Connect = Box<dyn FnOnce(&TargetGroup) -> Result<WorkerConnection, Error> + Send>;
 
 impl Member {
     /// A listed target; over TLS (when the fleet has credentials) verified against the
@@ -243,7 +268,7 @@ impl Member {
         Member {
             key: address.clone(),
             address,
-            connect: Box::new(move |fleet: &Fleet| {
+            connect: Box::new(move |fleet: &TargetGroup| {
                 WorkerConnection::with_options(
                     &target,
                     fleet.credentials.clone(),
@@ -261,7 +286,7 @@ fn transient(message: String) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scaler::fleet::tests::spec;
+    use crate::scaler::target_group::tests::spec;
 
     /// Given a LAN fleet whose sweep deadline (200 ms) is shorter than the default listening
     /// window (1.5 s), when eight calls ask for fresh answers one after another, then at most
@@ -274,7 +299,8 @@ mod tests {
             ("discovery", "lan"),
             ("sweepTimeout", "200ms"),
         ]);
-        let fleet = Fleet::new(&spec, None).unwrap();
+        let fleet =
+            TargetGroup::new(&spec, None, super::super::pods::PodBounds::default()).unwrap();
         let running = || MAX_LISTINGS - LISTINGS.available_permits();
         let mut most = 0;
         let started = Instant::now();

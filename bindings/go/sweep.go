@@ -20,14 +20,14 @@ type IdleResult struct {
 }
 
 // IdleMany polls the workers behind conns (as Idle), keeping at most maxInFlight polls in
-// flight at once (at least 1: 0 or less gives ErrInvalidArgument in every slot, as C's
-// wool_idle_many and Python's idle_many refuse 0), all within ctx, and returns one result per
+// flight at once (at least 1: the library refuses less, and its ErrInvalidArgument is then in
+// every slot), all within ctx, and returns one result per
 // Connection, in conns' order. It is one sweep of the library (wool_idle_many_start) on the
 // process's completion queue: the calling goroutine waits for the sweep's one completion and
 // holds no OS thread meanwhile.
 //
 // The same Connection may appear several times. A nil Connection gives ErrInvalidArgument in
-// its slot, a closed one ErrClosed. A worker's failure is an *Error with the library's
+// its slot, one closed before the sweep starts ErrClosed (one closed later is polled). A worker's failure is an *Error with the library's
 // message for that worker. ctx's deadline is the sweep's: the polls still in flight when it
 // passes, and those not started by then, get an ErrTransient that also matches
 // context.DeadlineExceeded, the others keep their outcome. When ctx is cancelled, the sweep is
@@ -35,17 +35,10 @@ type IdleResult struct {
 // started) and every slot but the nil and closed ones gets context.Canceled.
 func IdleMany(ctx context.Context, conns []*Connection, maxInFlight int) []IdleResult {
 	results := make([]IdleResult, len(conns))
-	if maxInFlight <= 0 {
-		err := invalidArgument("idle_many", "", "maxInFlight must be at least 1")
-		for i := range results {
-			results[i].Err = err
-		}
-		return results
-	}
 	if len(conns) == 0 {
 		return results
 	}
-	// Slots known before the sweep: nil and closed Connections (NULL handles to the library).
+	// Slots known before the sweep: nil Connections (NULL handles to the library).
 	known := make([]error, len(conns))
 	failAll := func(fail func(target string) error) []IdleResult {
 		for i, conn := range conns {
@@ -85,7 +78,7 @@ func IdleMany(ctx context.Context, conns []*Connection, maxInFlight int) []IdleR
 		return failAll(func(string) error { return err })
 	}
 	done := make(chan outcome, 1)
-	started, err := startSweep(ctx, conns, known, unsafe.Slice(handles, len(conns)), handles, out, timeout, maxInFlight, done)
+	started, err := startSweep(ctx, conns, unsafe.Slice(handles, len(conns)), handles, out, timeout, maxInFlight, done)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil { // ended while waiting to start
 			return failAll(func(target string) error { return contextError("idle", target, ctxErr) })
@@ -93,11 +86,6 @@ func IdleMany(ctx context.Context, conns []*Connection, maxInFlight int) []IdleR
 		return failAll(func(string) error { return err })
 	}
 	o := awaitSweep(ctx, done, started)
-	for _, conn := range conns {
-		if conn != nil {
-			conn.handle.inFlight.Add(-1)
-		}
-	}
 	runtime.KeepAlive(conns)
 	if o.status != StatusOK {
 		// Cancelled because ctx ended (the context's error in every slot), or a failure of
@@ -154,43 +142,36 @@ func awaitSweep(ctx context.Context, done <-chan outcome, started startedCall) o
 }
 
 // startSweep registers done and starts one sweep (wool_idle_many_start) of conns on the
-// process's queue, its results going to out. Each live Connection's handle is borrowed (held
-// against a concurrent Close) only while the sweep starts: the library keeps what it needs.
-// A closed Connection is recorded in known and given to the library as NULL. On success every
-// non-nil Connection counts one call in flight until IdleMany has received the completion.
-func startSweep(ctx context.Context, conns []*Connection, known []error, slots []*C.wool_connection, handles **C.wool_connection, out *C.wool_poll_result, timeout C.double, maxInFlight int, done chan<- outcome) (startedCall, error) {
+// process's queue, its results going to out. Each Connection's handle goes to the library as
+// it is: one closed before or during the start is refused in its slot (and read as ErrClosed
+// by result), one closed later is polled all the same (the library keeps what it needs). A nil
+// Connection is NULL. maxInFlight below 0, which size_t cannot hold, goes as 0, which the
+// library refuses.
+func startSweep(ctx context.Context, conns []*Connection, slots []*C.wool_connection, handles **C.wool_connection, out *C.wool_poll_result, timeout C.double, maxInFlight int, done chan<- outcome) (startedCall, error) {
 	select {
 	case inLibrary <- struct{}{}:
 	case <-ctx.Done():
 		return startedCall{}, contextError("idle", "", ctx.Err())
 	}
 	defer func() { <-inLibrary }()
+	on := make([]*connHandle, 0, len(conns))
 	for i, conn := range conns {
-		if conn == nil {
-			continue
+		if conn != nil {
+			slots[i] = conn.handle.ptr
+			on = append(on, conn.handle)
 		}
-		if slots[i] = conn.handle.borrow(); slots[i] == nil {
-			known[i] = opError("idle", conn.target, ErrClosed)
-			continue
-		}
-		defer conn.handle.giveBack()
 	}
-	queue, tag, err := register("idle_many", "", waiter{done: done})
+	queue, tag, err := register("idle_many", "", waiter{done: done, on: on})
 	if err != nil {
 		return startedCall{}, err
 	}
 	var id C.uint64_t
 	err = call("idle_many", "", func() C.wool_status {
-		return C.wool_idle_many_start(handles, C.size_t(len(conns)), timeout, C.size_t(maxInFlight), queue, C.uint64_t(tag), out, &id)
+		return C.wool_idle_many_start(handles, C.size_t(len(conns)), timeout, C.size_t(max(maxInFlight, 0)), queue, C.uint64_t(tag), out, &id)
 	})
 	if err != nil {
 		unregister(tag)
 		return startedCall{}, err
-	}
-	for _, conn := range conns {
-		if conn != nil {
-			conn.handle.inFlight.Add(1)
-		}
 	}
 	return startedCall{queue: queue, id: id}, nil
 }

@@ -1,0 +1,3 @@
+module github.com/libwool/libwool/benches/harness
+
+go 1.24
