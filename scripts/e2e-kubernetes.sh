@@ -741,14 +741,20 @@ scaledown_run() { # ns name run deletion-cost(true|false) busy-ip [unmark-ip]
         if [[ ${ips[i]} == "$busy" ]]; then RUN_BUSY=${pods[i]}; line+="(busy)"; fi
     done
     echo "    $line"
-    "$BURST" "$busy:$SD_PORT" 1 "$SD_TASK" > "$TMP/logs/burst-$name-$run.log" 2>&1 &
+    # The unmark run holds the HPA at 3 (minReplicaCount 3) until the unmark is seen, and its
+    # tasks last twice as long: the HPA controller may keep an earlier run's recommendations
+    # for the same HPA name and scale down within a second of the ScaledObject (seen: +0.9 s),
+    # before a task could be dispatched on the marked pod.
+    local task=$SD_TASK min=1
+    if [[ -n $unmark ]]; then task=$((2 * SD_TASK)); min=3; fi
+    "$BURST" "$busy:$SD_PORT" 1 "$task" > "$TMP/logs/burst-$name-$run.log" 2>&1 &
     local burst=$!
     sleep 1
     render "$name" "$ns" -f "$ROOT/tests/helm/e2e-values.yaml" --set "workers.name=$name" \
         --set rbac.pods=true --set rbac.deletionCost=true --set scaledObject.fleet.source=pods \
         --set "scaledObject.fleet.podSelector=app.kubernetes.io/instance=$name" --set "scaledObject.fleet.port=$SD_PORT" \
         --set "scaledObject.deletionCost=$cost" --set "scaledObject.scalerAddress=$SCALER_ADDR_plain" \
-        --set scaledObject.minReplicaCount=1 --set scaledObject.maxReplicaCount=3 --set "scaledObject.pollingInterval=$POLL" \
+        --set "scaledObject.minReplicaCount=$min" --set scaledObject.maxReplicaCount=3 --set "scaledObject.pollingInterval=$POLL" \
         --set "scaledObject.idleThreshold=${IDLE}s" --set scaledObject.maxSweepAge=1s \
         --set-json "scaledObject.advanced={\"horizontalPodAutoscalerConfig\":{\"behavior\":{\"scaleDown\":{\"stabilizationWindowSeconds\":$SD_WINDOW}}}}" \
         --show-only templates/scaledobject.yaml > "$TMP/so-$name.yaml"
@@ -763,11 +769,12 @@ scaledown_run() { # ns name run deletion-cost(true|false) busy-ip [unmark-ip]
         wait_for 20 "$upod marked" sh -c "[ \"\$('$BIN/kubectl' get pod $upod -n $ns -o jsonpath='{.metadata.annotations.controller\\.kubernetes\\.io/pod-deletion-cost}')\" = -2147483648 ]" || true
         seen_marked="$(cost_of "$ns" "$upod")"
         echo "    +$(awk -v a="$(now)" -v b="$t_so" 'BEGIN{printf "%.1f", a-b}') s: $upod marked ($seen_marked); a task dispatched on its worker"
-        "$BURST" "$unmark:$SD_PORT" 1 "$SD_TASK" > "$TMP/logs/burst-$name-$run-unmark.log" 2>&1 &
+        "$BURST" "$unmark:$SD_PORT" 1 "$task" > "$TMP/logs/burst-$name-$run-unmark.log" 2>&1 &
         local burst2=$!
         wait_for 20 "$upod unmarked" sh -c "[ -z \"\$('$BIN/kubectl' get pod $upod -n $ns -o jsonpath='{.metadata.annotations.controller\\.kubernetes\\.io/pod-deletion-cost}')\" ]" || true
         UNMARK_BEFORE=$seen_marked UNMARK_AFTER="$(cost_of "$ns" "$upod")" UNMARK_POD=$upod
-        echo "    +$(awk -v a="$(now)" -v b="$t_so" 'BEGIN{printf "%.1f", a-b}') s: $upod's annotation now: $UNMARK_AFTER"
+        echo "    +$(awk -v a="$(now)" -v b="$t_so" 'BEGIN{printf "%.1f", a-b}') s: $upod's annotation now: $UNMARK_AFTER; minReplicaCount 3 -> 1"
+        k patch scaledobject "$name" -n "$ns" --type=merge -p '{"spec":{"minReplicaCount":1}}' >/dev/null
     fi
     # Sample the marks until the scale-down is done (the HPA's window, then the ReplicaSet).
     local want=1
