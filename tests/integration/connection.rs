@@ -46,25 +46,34 @@ async fn assert_idle_accrues(conn: &WorkerConnection, started: Instant) {
     );
 }
 
-/// Spawns `n` `sleep` dispatches of `seconds` and waits until the worker counts them in flight.
+/// Spawns `n` `sleep` dispatches of `seconds` and waits (30 s at most) until the worker counts
+/// them in flight. `seconds` must outlast dispatching all `n`: under ThreadSanitizer on a busy
+/// 2-core machine, dispatching 100 took longer than 0.4 s, so the first finished before the last
+/// began and the count never reached 100. A sleeper that ends first fails the test saying so.
 async fn start_sleepers(
     worker: &WorkerHandle,
     n: usize,
     seconds: &str,
 ) -> Vec<tokio::task::JoinHandle<Result<Vec<u8>, libwool::Error>>> {
     let conn = Arc::new(WorkerConnection::new(worker.address()).unwrap());
-    let tasks = (0..n)
+    let tasks: Vec<_> = (0..n)
         .map(|_| {
             let conn = Arc::clone(&conn);
             let args = seconds.as_bytes().to_vec();
             tokio::spawn(async move { conn.dispatch("sleep", args, None).await })
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     while worker.in_flight() < n as u64 {
         assert!(
             Instant::now() < deadline,
             "only {} of {n} in flight",
+            worker.in_flight()
+        );
+        assert!(
+            tasks.iter().all(|task| !task.is_finished()),
+            "a {seconds} s sleeper ended before all {n} were in flight ({} were): \
+             dispatching them took longer than one sleep",
             worker.in_flight()
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -154,14 +163,15 @@ async fn given_100_tasks_in_flight_when_polled_then_zero_and_after_drain_counts_
     let worker = reference_worker().await;
     let conn = WorkerConnection::new(worker.address()).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await; // idle accrues before the work
-    let tasks = start_sleepers(&worker, 100, "0.4").await;
+    let tasks = start_sleepers(&worker, 100, "3").await;
     assert_eq!(conn.idle(SECOND).await.unwrap(), 0.0);
     for task in tasks {
         task.await.unwrap().unwrap();
     }
+    // Counted from start-up it would be 3.3 s or more (0.3 s before the work, 3 s of it).
     let after = conn.idle(SECOND).await.unwrap();
     assert!(
-        after > 0.0 && after < 0.25,
+        after > 0.0 && after < 1.5,
         "idle restarts at the drain, not at start-up: {after}"
     );
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -602,7 +612,7 @@ async fn given_one_connection_when_5000_dispatches_burst_then_all_succeed_and_th
 async fn given_calls_running_on_a_shared_connection_when_one_handle_stops_then_they_are_not_cut() {
     let worker = reference_worker().await;
     let busy = Arc::new(WorkerConnection::new(worker.address()).unwrap());
-    let tasks = start_sleepers(&worker, 3, "0.4").await;
+    let tasks = start_sleepers(&worker, 3, "1.5").await;
     let stopper = WorkerConnection::new(worker.address()).unwrap();
     let second = {
         let busy = Arc::clone(&busy);
@@ -622,7 +632,7 @@ async fn given_calls_running_on_a_shared_connection_when_one_handle_stops_then_t
     for task in tasks {
         assert_eq!(
             task.await.unwrap().unwrap(),
-            b"0.4",
+            b"1.5",
             "in-flight work on the shared connection completes"
         );
     }
