@@ -172,6 +172,8 @@ first_line() { # file: waits for a first line and prints it
     return 1
 }
 now() { date +%s.%N | cut -c1-14; }
+# seconds_between LATER EARLIER: LATER - EARLIER (two `now` readings) in seconds, e.g. "12.3".
+seconds_between() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.1f", a-b}'; }
 k() { "$BIN/kubectl" "$@"; }
 
 # --- certificates: one CA for the engine (API server front proxy, the operator's and adapter's
@@ -440,15 +442,15 @@ case_activation() {
     local t_work=$T_WORK t_end=$T_END t_up=$T_UP t_down=$T_DOWN
     check activation "ScaledObject Ready" test "$(ready_status "$ns" "$name")" = True
     check activation "replicas leave 0 at all" test -n "$t_up"
-    [[ -n "$t_up" ]] && check activation "replicas leave 0 after the dispatch ($(awk -v a="$t_up" -v b="$t_work" 'BEGIN{printf "%.1f", a-b}') s after it)" fgt "$t_up" "$t_work"
+    [[ -n "$t_up" ]] && check activation "replicas leave 0 after the dispatch ($(seconds_between "$t_up" "$t_work") s after it)" fgt "$t_up" "$t_work"
     [[ -n "$t_up" ]] && check activation "and while the task is in flight (before its end)" fle "$t_up" "$t_end"
     check activation "scaled back to 0 after the task's end" test -n "$t_down"
     if [[ -n "$t_down" ]]; then
-        local d; d=$(awk -v a="$t_down" -v b="$t_end" 'BEGIN{printf "%.1f", a-b}')
+        local d; d=$(seconds_between "$t_down" "$t_end")
         check activation "replicas stay above 0 until task end + idleThreshold (0 at +$d s)" fgt "$d" "$IDLE"
         check activation "0 within idleThreshold + cooldownPeriod + 6 polling intervals + 3 s of the end (+$d s)" \
             fle "$d" $((IDLE + COOL + 6 * POLL + 3))
-        RESULTS+=("activation: 0->1 $(awk -v a="$t_up" -v b="$t_work" 'BEGIN{printf "%.1f", a-b}') s after dispatch; 1->0 $d s after the task ended")
+        RESULTS+=("activation: 0->1 $(seconds_between "$t_up" "$t_work") s after dispatch; 1->0 $d s after the task ended")
     fi
 }
 
@@ -481,10 +483,10 @@ case_pool() {
     [[ -n "$t_up" ]] && check pool "replicas leave 0 once the pool works" fgt "$t_up" "$t_work"
     [[ -n "$t_up" ]] && check pool "and before its task ends" fle "$t_up" "$t_end"
     if [[ -n "$t_down" ]]; then
-        local d; d=$(awk -v a="$t_down" -v b="$t_end" 'BEGIN{printf "%.1f", a-b}')
+        local d; d=$(seconds_between "$t_down" "$t_end")
         check pool "replicas stay above 0 until task end + idleThreshold (0 at +$d s)" fgt "$d" "$IDLE"
         check pool "0 within idleThreshold + cooldownPeriod + 6 polling intervals + 3 s (+$d s)" fle "$d" $((IDLE + COOL + 6 * POLL + 3))
-        RESULTS+=("pool: 0->1 $(awk -v a="$t_up" -v b="$t_work" 'BEGIN{printf "%.1f", a-b}') s after the pool started working; 1->0 $d s after its task ended")
+        RESULTS+=("pool: 0->1 $(seconds_between "$t_up" "$t_work") s after the pool started working; 1->0 $d s after its task ended")
     else
         check pool "scaled back to 0 after the task's end" false
     fi
@@ -519,7 +521,7 @@ case_stream() {
     print_timeline "$name" "$t0"
     check stream "replicas stay 0 before work" test -n "$t_up"
     if [[ -n "$t_up" ]]; then
-        local d; d=$(awk -v a="$t_up" -v b="$t_work" 'BEGIN{printf "%.1f", a-b}')
+        local d; d=$(seconds_between "$t_up" "$t_work")
         check stream "replicas leave 0 after the dispatch" fgt "$t_up" "$t_work"
         check stream "within 20 s of it, long before the next poll (300 s): from the stream (+$d s)" fle "$d" 20
         local r_late; r_late=$(replicas "$ns" "$name")
@@ -640,7 +642,7 @@ case_hpa() {
     echo "    the HPA: $(k get hpa "keda-hpa-$name" -n "$ns" -o jsonpath='min {.spec.minReplicas} max {.spec.maxReplicas}, desired now {.status.desiredReplicas}')"
     check hpa "the HPA follows the busy-worker metric above 1 while 3 workers are busy (peak $peak)" test "$peak" -ge 2
     check hpa "and back: 0 after the tasks end" test -n "$t_down"
-    RESULTS+=("hpa: peak $peak replicas with 3 busy workers (targetValue 1); back to 0 $( [[ -n "$t_down" ]] && awk -v a="$t_down" -v b="$t_end" 'BEGIN{printf "%.1f", a-b}') s after the end")
+    RESULTS+=("hpa: peak $peak replicas with 3 busy workers (targetValue 1); back to 0 $( [[ -n "$t_down" ]] && seconds_between "$t_down" "$t_end") s after the end")
 }
 
 # The chart as an operator installs it: its default values and every documented combination
@@ -768,12 +770,12 @@ scaledown_run() { # ns name run deletion-cost(true|false) busy-ip [unmark-ip]
         for p in "${pods[@]}"; do if [[ "$(pod_ip "$ns" "$p")" == "$unmark" ]]; then upod=$p; fi; done
         wait_for 20 "$upod marked" sh -c "[ \"\$('$BIN/kubectl' get pod $upod -n $ns -o jsonpath='{.metadata.annotations.controller\\.kubernetes\\.io/pod-deletion-cost}')\" = -2147483648 ]" || true
         seen_marked="$(cost_of "$ns" "$upod")"
-        echo "    +$(awk -v a="$(now)" -v b="$t_so" 'BEGIN{printf "%.1f", a-b}') s: $upod marked ($seen_marked); a task dispatched on its worker"
+        echo "    +$(seconds_between "$(now)" "$t_so") s: $upod marked ($seen_marked); a task dispatched on its worker"
         "$BURST" "$unmark:$SD_PORT" 1 "$task" > "$TMP/logs/burst-$name-$run-unmark.log" 2>&1 &
         local burst2=$!
         wait_for 20 "$upod unmarked" sh -c "[ -z \"\$('$BIN/kubectl' get pod $upod -n $ns -o jsonpath='{.metadata.annotations.controller\\.kubernetes\\.io/pod-deletion-cost}')\" ]" || true
         UNMARK_BEFORE=$seen_marked UNMARK_AFTER="$(cost_of "$ns" "$upod")" UNMARK_POD=$upod
-        echo "    +$(awk -v a="$(now)" -v b="$t_so" 'BEGIN{printf "%.1f", a-b}') s: $upod's annotation now: $UNMARK_AFTER; minReplicaCount 3 -> 1"
+        echo "    +$(seconds_between "$(now)" "$t_so") s: $upod's annotation now: $UNMARK_AFTER; minReplicaCount 3 -> 1"
         k patch scaledobject "$name" -n "$ns" --type=merge -p '{"spec":{"minReplicaCount":1}}' >/dev/null
     fi
     # Sample the marks until the scale-down is done (the HPA's window, then the ReplicaSet).
@@ -793,7 +795,7 @@ scaledown_run() { # ns name run deletion-cost(true|false) busy-ip [unmark-ip]
     RUN_KEPT=$left
     RUN_DELETED=""
     for p in "${pods[@]}"; do if [[ " $left " != *" $p "* ]]; then RUN_DELETED+="$p "; fi; done
-    echo "    +$(awk -v a="$t_done" -v b="$t_so" 'BEGIN{printf "%.1f", a-b}') s after the ScaledObject: replicas $(replicas "$ns" "$name"); marked: ${RUN_MARKED:-none}; deleted: ${RUN_DELETED:-none}; kept: $left(busy pod $RUN_BUSY $([[ " $left " == *" $RUN_BUSY "* ]] && echo kept || echo DELETED))"
+    echo "    +$(seconds_between "$t_done" "$t_so") s after the ScaledObject: replicas $(replicas "$ns" "$name"); marked: ${RUN_MARKED:-none}; deleted: ${RUN_DELETED:-none}; kept: $left(busy pod $RUN_BUSY $([[ " $left " == *" $RUN_BUSY "* ]] && echo kept || echo DELETED))"
     wait "$burst" || true
     if [[ -n ${burst2:-} ]]; then wait "$burst2" || true; fi
 }
@@ -908,7 +910,7 @@ case_podbounds() {
     k apply --server-side -n "$ns" -f "$TMP/rbac-bounds.yaml" >/dev/null
     local t_bound; t_bound=$(now)
     wait_for 60 "the small pod fleet served" served "127.0.0.1:$b_mport" "$ns/small" || true
-    check podbounds "once the chart's Role is bound, the restarted watch serves (after $(awk -v a="$(now)" -v b="$t_bound" 'BEGIN{printf "%.1f", a-b}') s)" \
+    check podbounds "once the chart's Role is bound, the restarted watch serves (after $(seconds_between "$(now)" "$t_bound") s)" \
         served "127.0.0.1:$b_mport" "$ns/small"
     so_of "$ns" big "127.0.0.1:$b_port" --set scaledObject.fleet.source=pods --set scaledObject.fleet.podSelector=fleet=big
     wait_for 30 "the big fleet refused" grep -q 'max-pods-per-fleet' "$blog" || true
