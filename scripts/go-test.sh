@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Runs the Go binding's tests with the race detector against real workers and an installed
-# libwool, as a user of the binding who installs libwool system-wide would have it (build tag
-# woolpkgconfig: a checkout holds no prebuilt libwool.a, which only the released module
-# carries; scripts/release-test-go.sh tests that default build from the release):
+# Runs the Go binding's tests with the race detector against real workers and the workspace's
+# own libwool (target/debug/libwool.so and libwool.a, described by a wool.pc this script writes
+# beside them), found through pkg-config as a user who installs libwool system-wide would have
+# it (build tag woolpkgconfig: a checkout holds no prebuilt libwool.a, which only the released
+# module carries; scripts/release-test-go.sh tests that default build from the release, and
+# scripts/consumers-test.sh an install made with cargo-c):
 #   1. bindings/go (the binding, module github.com/libwool/libwool/bindings/go), examples/go
 #      (the example programs, their own module) and benches/harness (what the Go benchmark
 #      drivers share): go vet, gofmt, go test -race, with -tags woolpkgconfig; the drivers
@@ -15,15 +17,14 @@
 #
 #   ./scripts/go-test.sh [go test flags...]     e.g. -run TestMutualTLS -v (for step 1)
 #
-# Builds what they need first: the reference worker (cargo build --bin wool-worker), libwool
-# installed into target/prefix by scripts/install.sh (cargo-c; re-running it is cheap once
-# built), and the pinned Wool virtual environments (scripts/setup-venvs.sh; idempotent) for
-# the tests that talk to real Wool Python workers. The binding finds libwool through
-# pkg-config (PKG_CONFIG_PATH=target/prefix/lib/pkgconfig) and the tests load it through
-# LD_LIBRARY_PATH=target/prefix/lib. With WOOL_TEST_REQUIRE_PEERS=1 (the default here) a
-# missing venv fails those tests instead of skipping them.
-# Needs: cargo (and cargo-c: scripts/ensure-cargo-c.sh, called by install.sh), go (>= 1.24)
-# with cgo enabled, a C compiler, pkg-config, binutils (readelf, nm), python3 >= 3.11 (venvs).
+# Builds what they need first: libwool and the reference worker (cargo build, as the test
+# command's set-up does, so nothing is built twice) and the pinned Wool virtual environments
+# (scripts/setup-venvs.sh; idempotent) for the tests that talk to real Wool Python workers. The
+# binding finds libwool through pkg-config (PKG_CONFIG_PATH=target/debug/pkgconfig) and the
+# tests load it through LD_LIBRARY_PATH=target/debug. With WOOL_TEST_REQUIRE_PEERS=1 (the
+# default here) a missing venv fails those tests instead of skipping them.
+# Needs: cargo, go (>= 1.24) with cgo enabled, a C compiler, pkg-config, binutils (readelf, nm),
+# python3 >= 3.11 (venvs).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -35,15 +36,30 @@ for tool in go pkg-config; do
     fi
 done
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-PREFIX="$ROOT/target/prefix"
+LIBDIR="$TARGET_DIR/debug"
 cargo build --workspace --lib --bins --examples
-./scripts/install.sh "$PREFIX"
 ./scripts/setup-venvs.sh >/dev/null
+
+# wool.pc for the workspace's build: the checked-in header, the library cargo just built, and
+# for a static link what libwool.a needs after it (rustc's native-static-libs on Linux glibc, as
+# the release's wool.pc has them).
+mkdir -p "$LIBDIR/pkgconfig"
+cat >"$LIBDIR/pkgconfig/wool.pc" <<EOF
+libdir=$LIBDIR
+includedir=$ROOT/include
+
+Name: wool
+Description: libwool's C API, the workspace's debug build
+Version: $(sed -n 's/^version = "\(.*\)"/\1/p' capi/Cargo.toml | head -1)
+Libs: -L\${libdir} -lwool
+Libs.private: -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+Cflags: -I\${includedir}
+EOF
 
 export CGO_ENABLED=1 WOOL_TEST_REQUIRE_PEERS="${WOOL_TEST_REQUIRE_PEERS:-1}"
 export WOOL_WORKER="${WOOL_WORKER:-$TARGET_DIR/debug/wool-worker}"
-export PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-export LD_LIBRARY_PATH="$PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PKG_CONFIG_PATH="$LIBDIR/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+export LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "go-test: libwool $(pkg-config --modversion wool) from $(pkg-config --variable=libdir wool)"
 
 # go vet, gofmt and go test -race in one module directory, linking libwool through pkg-config

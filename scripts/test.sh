@@ -1,40 +1,21 @@
 #!/usr/bin/env bash
-# Runs every test of libwool on a fresh machine: sets up what the tests need (the pinned Wool
-# virtual environments, Go modules, nightly Rust and cargo-fuzz for the fuzz and sanitizer
-# suites), then runs each suite and prints a summary line.
-#   ./scripts/test.sh            everything
-# Environment: CARGO_TEST_ARGS (extra args for `cargo test`, e.g. a test-name filter).
+# Runs libwool's tests in three tiers (docs/testing.md says what each suite proves and costs):
+#   ./scripts/test.sh                the full run: what .ci/run runs and the README names
+#   ./scripts/test.sh quick          before each commit: Rust unit and integration tests (the C
+#                                    harness without valgrind, real-Wool interop), Go and Python
+#                                    bindings, rustfmt, clippy
+#   ./scripts/test.sh long           before a release, by hand: the full run, then the long forms
+#   ./scripts/test.sh SUITE...       only the named suites (keys as `list` prints them)
+#   ./scripts/test.sh list           the suites, their tier and what each runs
+# It sets up what the suites need itself (the pinned Wool virtual environments, the pinned tools
+# in ~/.cache/libwool/tools, nightly Rust for the fuzz and sanitizer suites), prints a time table
+# (suite, seconds, result, whether its cache was cold or warm when the run began) and then the
+# line `suites: N passed, M failed`; it exits non-zero if any suite failed.
+# Environment: CARGO_TEST_ARGS (extra arguments for `cargo test`, e.g. a test-name filter).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-
-passed=0
-failed=0
-failures=()
-suite() { # name command...
-    local name="$1"; shift
-    echo "=== $name: $*"
-    if "$@"; then
-        passed=$((passed + 1))
-    else
-        failed=$((failed + 1))
-        failures+=("$name")
-    fi
-}
-
-setup() {
-    ./scripts/setup-venvs.sh &&
-        # cargo-c installs the library for the consumer suites (built once: 18-51 min on 2 cores).
-        ./scripts/ensure-cargo-c.sh &&
-        # grpcurl, the real reflection client of tests/integration/operable.rs (go install, pinned).
-        ./scripts/ensure-grpcurl.sh >/dev/null &&
-        # KEDA's own external-scaler client (tests/keda, pinned), which tests/integration/scaler.rs drives
-        # wool-scaler with.
-        ./scripts/ensure-keda-client.sh >/dev/null &&
-        # The C, Go and Python suites load libwool (with its C ABI, the `capi` feature) and run
-        # wool-worker: build them first.
-        cargo build --workspace --lib --bins --examples
-}
+. "$ROOT/scripts/tools-dir.sh"
 
 # On CI the tests that need root (network namespaces for cut links and multicast) and the Wool
 # peers fail rather than skip when they cannot run.
@@ -42,33 +23,116 @@ if [[ -n "${CI:-}" ]]; then
     export WOOL_TEST_REQUIRE_NETNS="${WOOL_TEST_REQUIRE_NETNS:-1}"
 fi
 
-suite "setup (Wool venvs, build)" setup
-# Rust unit, integration, interop (real Wool), C harness and header tests.
-# shellcheck disable=SC2086
-suite "cargo test" cargo test --workspace --lib --bins --tests --examples ${CARGO_TEST_ARGS:-}
-suite "doc tests" cargo test --workspace --doc
-suite "rustfmt (cargo fmt --check)" cargo fmt --check
-suite "import cycles: none between files of src/ or capi/src/" sh -c 'python3 scripts/import-cycles.py src && python3 scripts/import-cycles.py capi/src'
-suite "clippy (warnings denied)" cargo clippy --workspace --all-targets -- -D warnings
-suite "packages: each library as packaged, each package and feature alone, the client's crates" ./scripts/packages.sh
-suite "rustdoc (warnings denied)" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
-suite "C harness under valgrind" ./scripts/valgrind-c.sh
-suite "C consumers of the installed library (pkg-config, CMake)" ./scripts/consumers-test.sh
-suite "Go binding (go test -race)" ./scripts/go-test.sh
-suite "Python binding (pytest)" ./scripts/python-test.sh -q
-# What users install: dist/ built for x86_64 and aarch64 (glibc 2.17), each artifact installed
-# outside the checkout with no Rust on PATH and run against a worker (aarch64 under qemu).
+setup() {
+    ./scripts/setup-venvs.sh &&
+        # grpcurl, the real reflection client of tests/integration/operable.rs (go install, pinned).
+        ./scripts/ensure-grpcurl.sh >/dev/null &&
+        # KEDA's own external-scaler client (tests/keda, pinned), which tests/integration/scaler.rs
+        # drives wool-scaler with.
+        ./scripts/ensure-keda-client.sh >/dev/null &&
+        # The C, Go and Python suites load libwool (its C ABI package) and run wool-worker.
+        cargo build --workspace --lib --bins --examples
+}
+cycles() { python3 scripts/import-cycles.py src && python3 scripts/import-cycles.py capi/src; }
 release() { ./scripts/release.sh && ./scripts/release-test.sh; }
-suite "release: dist/ built, each artifact installed and run with no Rust on PATH" release
-# Breaking it on purpose, in short forms (the long ones: docs/testing.md, "Breaking it on purpose").
-suite "hostile input: every fuzz target, 10 s each" ./scripts/fuzz.sh 10
-suite "sanitizers: ASan+LSan C harness, TSan concurrency tests, miri" ./scripts/sanitizers.sh
-suite "soak: C API vs a worker SIGKILLed every 10 s (2 min)" ./scripts/soak.sh 2
-suite "images: wool-worker and wool-scaler built FROM scratch (static musl binaries, buildah)" ./scripts/images.sh
-suite "images: each root filesystem run as UID 65532, polled and stopped from the host" ./scripts/images-test.sh
-suite "Helm chart: lint, template of every documented combination, bad values refused" ./scripts/helm-test.sh
-suite "Kubernetes: the chart's manifests on kube-apiserver v1.36.3 with KEDA v2.21.0 (engine built once, ~13 min)" ./scripts/e2e-kubernetes.sh
+images() { ./scripts/images.sh && ./scripts/images-test.sh; }
 
+# key | tier | the cache it reuses (cold when missing at the run's start) | title | command...
+SUITES=(
+    "setup|quick|target|set-up: Wool venvs, grpcurl, KEDA's client, the workspace built|setup"
+    # shellcheck disable=SC2016
+    'cargo-test|quick|target|Rust unit, integration (C harness, real-Wool interop) and example tests|cargo test --workspace --lib --bins --tests --examples ${CARGO_TEST_ARGS:-}'
+    "fmt|quick|-|rustfmt (cargo fmt --check)|cargo fmt --check"
+    "cycles|quick|-|import cycles: none between files of src/ or capi/src/|cycles"
+    "clippy|quick|target|clippy (warnings denied)|cargo clippy --workspace --all-targets -- -D warnings"
+    "go|quick|$HOME/.cache/go-build|Go binding (go test -race) against the workspace's libwool|./scripts/go-test.sh"
+    "python|quick|target|Python binding (pytest), a wheel installed into a fresh venv|./scripts/python-test.sh -q"
+    "doc-tests|full|target|doc tests|cargo test --workspace --doc"
+    "rustdoc|full|target|rustdoc (warnings denied)|env RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps --workspace"
+    "packages|full|$BUILDS_DIR/package|packages: each library as packaged, each package and feature alone|./scripts/packages.sh"
+    "valgrind|full|target|C harness under valgrind|./scripts/valgrind-c.sh"
+    "release|full|$TOOLS_DIR/zig|release: dist/ for x86_64 and aarch64, each artifact installed and run with no Rust|release"
+    "fuzz|full|$BUILDS_DIR/fuzz|hostile input: every fuzz target, 10 s each|./scripts/fuzz.sh 10"
+    "sanitizers|full|$BUILDS_DIR/tsan|sanitizers: ASan+LSan C harness, TSan concurrency tests, miri|./scripts/sanitizers.sh"
+    "soak|full|-|soak: C API vs a worker SIGKILLed every 10 s (2 min)|./scripts/soak.sh 2"
+    "images|full|$BUILDS_DIR/static|images: built FROM scratch (buildah), each root filesystem run as UID 65532|images"
+    "helm|full|$TOOLS_DIR/helm|Helm chart: lint, every documented combination, bad values refused|./scripts/helm-test.sh"
+    "kubernetes|full|$TOOLS_DIR/engine|Kubernetes: the chart on kube-apiserver v1.36.3 with KEDA v2.21.0 (tests/kubernetes)|./scripts/e2e-kubernetes.sh"
+    "consumers|long|$HOME/.cargo/bin/cargo-cinstall|C consumers of the library installed with cargo-c (pkg-config, CMake)|./scripts/consumers-test.sh"
+    "fuzz-long|long|$BUILDS_DIR/fuzz|hostile input: every fuzz target, 5 min each|./scripts/fuzz.sh 300"
+    "soak-long|long|-|soak: C API vs a worker SIGKILLed every 10 s (30 min)|./scripts/soak.sh 30"
+    "churn|long|$TOOLS_DIR/engine|Kubernetes: deletion-cost patches per minute, 50 pods (10 min)|env CHURN_MINUTES=10 ./scripts/e2e-kubernetes.sh churn"
+)
+field() { local IFS='|'; local -a f; read -r -a f <<<"$1"; echo "${f[$2]}"; }
+rank() { case "$1" in quick) echo 0 ;; full) echo 1 ;; long) echo 2 ;; esac; }
+
+if [[ "${1:-}" == list ]]; then
+    for s in "${SUITES[@]}"; do
+        printf '%-11s %-6s %s\n' "$(field "$s" 0)" "$(field "$s" 1)" "$(field "$s" 3)"
+    done
+    exit 0
+fi
+selected=()
+case "${1:-full}" in
+    quick | full | long)
+        for s in "${SUITES[@]}"; do
+            (($(rank "$(field "$s" 1)") <= $(rank "${1:-full}"))) && selected+=("$s")
+        done
+        ;;
+    *)
+        for want in "$@"; do
+            found=""
+            for s in "${SUITES[@]}"; do [[ "$(field "$s" 0)" == "$want" ]] && found="$s"; done
+            [[ -n "$found" ]] || { echo "test.sh: no suite '$want' (./scripts/test.sh list)" >&2; exit 2; }
+            selected+=("$found")
+        done
+        ;;
+esac
+
+# Which caches were there when the run began: a suite's figure is its cold cost when its cache
+# (target/ for the workspace's builds, a pinned tool's folder, an instrumented build's folder)
+# was not.
+declare -A warm
+for s in "${selected[@]}"; do
+    cache="$(field "$s" 2)"
+    [[ "$cache" == target ]] && cache="$ROOT/target/debug"
+    if [[ "$cache" == - ]]; then warm[$s]="-"; elif [[ -e "$cache" ]]; then warm[$s]=warm; else warm[$s]=cold; fi
+done
+
+passed=0
+failed=0
+failures=()
+rows=()
+run_started=$SECONDS
+for s in "${selected[@]}"; do
+    key="$(field "$s" 0)"
+    title="$(field "$s" 3)"
+    command="$(field "$s" 4)"
+    echo "=== $key: $title"
+    echo "=== $key: $command"
+    t0=$SECONDS
+    if eval "$command"; then
+        result=passed
+        passed=$((passed + 1))
+    else
+        result=FAILED
+        failed=$((failed + 1))
+        failures+=("$key")
+    fi
+    rows+=("$(printf '%-11s %-6s %6d s  %-6s  %s' "$key" "$(field "$s" 1)" $((SECONDS - t0)) "$result" "${warm[$s]}")")
+done
+
+echo
+echo "=== time table ($(nproc) cores; cache: whether the suite's cache was there when the run began)"
+printf '%-11s %-6s %8s  %-6s  %s\n' suite tier seconds result cache
+printf '%s\n' "${rows[@]}"
+printf '%-11s %-6s %6d s\n' total "" $((SECONDS - run_started))
+mkdir -p target
+{
+    echo "# $(date -u +%FT%TZ) ./scripts/test.sh $*"
+    printf '%s\n' "${rows[@]}"
+    printf 'total %d s\n' $((SECONDS - run_started))
+} >target/test-times.txt
 echo
 if ((failed)); then
     echo "failed suites: ${failures[*]}"
