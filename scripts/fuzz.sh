@@ -18,6 +18,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT/fuzz"
+# The instrumented build's cache is its target directory below: no compiler wrapper (scripts/test.sh's sccache).
+unset RUSTC_WRAPPER
 
 SECONDS_EACH="${1:-60}"
 shift || true

