@@ -149,12 +149,15 @@ async fn given_identity_override_when_dialing_by_ip_then_name_is_verified_instea
 async fn given_one_task_in_flight_when_polled_then_idle_is_exactly_zero() {
     let worker = reference_worker().await;
     let conn = WorkerConnection::new(worker.address()).unwrap();
-    let tasks = start_sleepers(&worker, 1, "0.5").await;
+    // A task that outlasts any poll, however slow the machine: it is cancelled at the end.
+    let tasks = start_sleepers(&worker, 1, "300").await;
     for _ in 0..3 {
         assert_eq!(conn.idle(SECOND).await.unwrap(), 0.0);
     }
+    assert_eq!(worker.in_flight(), 1, "the task was in flight for every poll");
+    conn.stop(Grace::None, SECOND).await.unwrap();
     for task in tasks {
-        assert_eq!(task.await.unwrap().unwrap(), b"0.5");
+        assert!(task.await.unwrap().is_err(), "the stop cancels the task");
     }
 }
 
@@ -188,9 +191,9 @@ async fn given_caller_cancels_mid_task_then_in_flight_entry_is_released() {
         .await
         .unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Transient, "{error}");
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(30);
     while worker.in_flight() > 0 {
-        assert!(Instant::now() < deadline, "in-flight entry never released");
+        assert!(Instant::now() < deadline, "in-flight entry never released (30 s)");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tokio::time::sleep(Duration::from_millis(30)).await;
@@ -263,13 +266,16 @@ async fn given_task_longer_than_grace_when_stopped_then_cancelled_after_grace() 
 async fn given_negative_grace_when_stopped_then_waits_for_the_task() {
     let worker = reference_worker().await;
     let conn = WorkerConnection::new(worker.address()).unwrap();
+    // The task sleeps 0.6 s from its dispatch, which comes after `dispatched`: a stop that
+    // waits for it answers 0.6 s after `dispatched` at the earliest, however slow the machine.
+    let dispatched = Instant::now();
     let tasks = start_sleepers(&worker, 1, "0.6").await;
-    let begun = Instant::now();
     conn.stop(Grace::Unbounded, None).await.unwrap();
     assert!(
-        begun.elapsed() >= Duration::from_millis(400),
+        dispatched.elapsed() >= Duration::from_millis(600),
         "stop answered before the drain"
     );
+    assert_eq!(worker.in_flight(), 0, "the stop answered with the task in flight");
     assert_eq!(
         tasks.into_iter().next().unwrap().await.unwrap().unwrap(),
         b"0.6"
@@ -280,16 +286,25 @@ async fn given_negative_grace_when_stopped_then_waits_for_the_task() {
 async fn given_stop_has_begun_when_dispatching_then_transient_shutting_down() {
     let worker = reference_worker().await;
     let conn = Arc::new(WorkerConnection::new(worker.address()).unwrap());
-    let tasks = start_sleepers(&worker, 1, "1.0").await;
+    let tasks = start_sleepers(&worker, 1, "3").await;
     let stopper = {
         let conn = Arc::clone(&conn);
         tokio::spawn(async move { conn.stop(Grace::Unbounded, None).await })
     };
-    tokio::time::sleep(Duration::from_millis(150)).await; // the stop is draining now
-    let error = conn
-        .dispatch("echo", b"late".to_vec(), SECOND)
-        .await
-        .unwrap_err();
+    // The stop is draining once the worker says so (its `stopping` gauge), whatever the wait.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !worker.metrics_text().contains("wool_worker_stopping 1") {
+        assert!(Instant::now() < deadline, "the stop never began (30 s)");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let late = conn.dispatch("echo", b"late".to_vec(), SECOND).await;
+    assert_eq!(
+        worker.in_flight(),
+        1,
+        "precondition not met: the 3 s task ended before the late dispatch was answered, \
+         so the drain was over ({late:?})"
+    );
+    let error = late.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Transient, "{error}");
     assert_eq!(error.code(), Some(tonic::Code::Unavailable));
     assert!(error.message().contains("shutting down"), "{error}");
@@ -864,9 +879,13 @@ fn given_a_call_polling_the_connection_when_it_gives_up_then_the_connection_task
             let conn = Arc::clone(&conn);
             async move { conn.dispatch("sleep", b"0.5".to_vec(), SECOND).await }
         });
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + Duration::from_secs(30);
         while conn.idle(SECOND).await.unwrap() != 0.0 {
-            assert!(Instant::now() < deadline, "the task never went in flight");
+            assert!(
+                !task.is_finished(),
+                "precondition not met: the 0.5 s task ended before a poll saw it in flight"
+            );
+            assert!(Instant::now() < deadline, "the task never went in flight (30 s)");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         // Dropped by the caller (no deadline sent, so the worker does not answer first).

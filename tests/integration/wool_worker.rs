@@ -63,10 +63,15 @@ fn given_task_in_flight_when_sigterm_then_task_finishes_and_exit_zero() {
         let conn = std::sync::Arc::clone(&conn);
         rt.spawn(async move { conn.dispatch("sleep", b"0.5".to_vec(), TIMEOUT).await })
     };
-    // Wait until the worker reports the task in flight.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    // Wait until the worker reports the task in flight: while the task lasts, however long
+    // dispatching it takes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while rt.block_on(conn.idle(TIMEOUT)).unwrap() != 0.0 {
-        assert!(std::time::Instant::now() < deadline, "task never in flight");
+        assert!(
+            !task.is_finished(),
+            "precondition not met: the 0.5 s task ended before a poll saw it in flight"
+        );
+        assert!(std::time::Instant::now() < deadline, "task never in flight (30 s)");
         std::thread::sleep(Duration::from_millis(5));
     }
     unsafe { libc::kill(worker.child.id() as i32, libc::SIGTERM) };
