@@ -6,10 +6,10 @@ use crate::common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{unused_local_address, Pki};
+use common::{Pki, unused_local_address};
+use libwool::Grace;
 use libwool::connection::{ErrorKind, WorkerConnection, WorkerCredentials};
 use libwool::worker::{RoutineRegistry, ServerCredentials, Worker, WorkerHandle};
-use libwool::Grace;
 
 const SECOND: Option<Duration> = Some(Duration::from_secs(5));
 
@@ -154,7 +154,11 @@ async fn given_one_task_in_flight_when_polled_then_idle_is_exactly_zero() {
     for _ in 0..3 {
         assert_eq!(conn.idle(SECOND).await.unwrap(), 0.0);
     }
-    assert_eq!(worker.in_flight(), 1, "the task was in flight for every poll");
+    assert_eq!(
+        worker.in_flight(),
+        1,
+        "the task was in flight for every poll"
+    );
     conn.stop(Grace::None, SECOND).await.unwrap();
     for task in tasks {
         assert!(task.await.unwrap().is_err(), "the stop cancels the task");
@@ -193,7 +197,10 @@ async fn given_caller_cancels_mid_task_then_in_flight_entry_is_released() {
     assert_eq!(error.kind(), ErrorKind::Transient, "{error}");
     let deadline = Instant::now() + Duration::from_secs(30);
     while worker.in_flight() > 0 {
-        assert!(Instant::now() < deadline, "in-flight entry never released (30 s)");
+        assert!(
+            Instant::now() < deadline,
+            "in-flight entry never released (30 s)"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tokio::time::sleep(Duration::from_millis(30)).await;
@@ -275,7 +282,11 @@ async fn given_negative_grace_when_stopped_then_waits_for_the_task() {
         dispatched.elapsed() >= Duration::from_millis(600),
         "stop answered before the drain"
     );
-    assert_eq!(worker.in_flight(), 0, "the stop answered with the task in flight");
+    assert_eq!(
+        worker.in_flight(),
+        0,
+        "the stop answered with the task in flight"
+    );
     assert_eq!(
         tasks.into_iter().next().unwrap().await.unwrap().unwrap(),
         b"0.6"
@@ -379,8 +390,8 @@ async fn given_nothing_listening_when_polled_then_transient_unavailable() {
 /// TRANSIENT, UNAVAILABLE, and the message says the worker accepted the connection but never
 /// spoke HTTP/2 (plaintext) or never finished the TLS handshake (TLS), within 1.000 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn given_a_listener_that_never_speaks_when_polled_or_stopped_then_the_connect_timeout_ends_it(
-) {
+async fn given_a_listener_that_never_speaks_when_polled_or_stopped_then_the_connect_timeout_ends_it()
+ {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let address = silent.local_addr().unwrap().to_string();
     let pki = Pki::generate();
@@ -582,8 +593,8 @@ async fn given_deadlines_too_long_for_grpc_timeout_header_then_calls_still_work(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn given_one_connection_when_5000_dispatches_burst_then_all_succeed_and_the_connection_survives(
-) {
+async fn given_one_connection_when_5000_dispatches_burst_then_all_succeed_and_the_connection_survives()
+ {
     // An h2 worker closes a connection on which too many small DATA frames sit unread; the
     // client keeps streaming calls to its limit so a burst waits its turn instead.
     let worker = reference_worker().await;
@@ -885,7 +896,10 @@ fn given_a_call_polling_the_connection_when_it_gives_up_then_the_connection_task
                 !task.is_finished(),
                 "precondition not met: the 0.5 s task ended before a poll saw it in flight"
             );
-            assert!(Instant::now() < deadline, "the task never went in flight (30 s)");
+            assert!(
+                Instant::now() < deadline,
+                "the task never went in flight (30 s)"
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         // Dropped by the caller (no deadline sent, so the worker does not answer first).

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use common::{Pki, WorkerProcess};
 use libwool::Grace;
 use libwool::WorkerConnection;
+use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 
 const WORKER_SERVICE: &str = "wool.runtime.protobuf.wire.Worker";
 
@@ -93,7 +93,10 @@ fn health_is_serving_until_a_stop_begins_then_not_serving_during_the_drain() {
             if overall == ServingStatus::NotServing {
                 break;
             }
-            assert!(Instant::now() < deadline, "health never turned NOT_SERVING (30 s)");
+            assert!(
+                Instant::now() < deadline,
+                "health never turned NOT_SERVING (30 s)"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert_eq!(

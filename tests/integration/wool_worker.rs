@@ -5,8 +5,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::{Pki, WorkerProcess};
-use libwool::connection::{WorkerConnection, WorkerCredentials};
 use libwool::Grace;
+use libwool::connection::{WorkerConnection, WorkerCredentials};
 
 const TIMEOUT: Option<Duration> = Some(Duration::from_secs(5));
 
@@ -71,7 +71,10 @@ fn given_task_in_flight_when_sigterm_then_task_finishes_and_exit_zero() {
             !task.is_finished(),
             "precondition not met: the 0.5 s task ended before a poll saw it in flight"
         );
-        assert!(std::time::Instant::now() < deadline, "task never in flight (30 s)");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "task never in flight (30 s)"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     unsafe { libc::kill(worker.child.id() as i32, libc::SIGTERM) };
