@@ -6,10 +6,10 @@ use crate::common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Pki, unused_local_address};
-use libwool::Grace;
+use common::{unused_local_address, Pki};
 use libwool::connection::{ErrorKind, WorkerConnection, WorkerCredentials};
 use libwool::worker::{RoutineRegistry, ServerCredentials, Worker, WorkerHandle};
+use libwool::Grace;
 
 const SECOND: Option<Duration> = Some(Duration::from_secs(5));
 
@@ -390,8 +390,8 @@ async fn given_nothing_listening_when_polled_then_transient_unavailable() {
 /// TRANSIENT, UNAVAILABLE, and the message says the worker accepted the connection but never
 /// spoke HTTP/2 (plaintext) or never finished the TLS handshake (TLS), within 1.000 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn given_a_listener_that_never_speaks_when_polled_or_stopped_then_the_connect_timeout_ends_it()
- {
+async fn given_a_listener_that_never_speaks_when_polled_or_stopped_then_the_connect_timeout_ends_it(
+) {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let address = silent.local_addr().unwrap().to_string();
     let pki = Pki::generate();
@@ -593,8 +593,8 @@ async fn given_deadlines_too_long_for_grpc_timeout_header_then_calls_still_work(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn given_one_connection_when_5000_dispatches_burst_then_all_succeed_and_the_connection_survives()
- {
+async fn given_one_connection_when_5000_dispatches_burst_then_all_succeed_and_the_connection_survives(
+) {
     // An h2 worker closes a connection on which too many small DATA frames sit unread; the
     // client keeps streaming calls to its limit so a burst waits its turn instead.
     let worker = reference_worker().await;

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use common::{Pki, WorkerProcess};
 use libwool::Grace;
 use libwool::WorkerConnection;
-use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
 
 const WORKER_SERVICE: &str = "wool.runtime.protobuf.wire.Worker";
 

@@ -7,13 +7,13 @@
 use crate::common;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{
-    Leaf, TCP_ESTABLISHED, WorkerProcess, client_mutual, expect_log_line, new_ca, new_leaf,
-    new_leaf_for, port_of, replace_file, worker_side_sockets,
+    client_mutual, expect_log_line, new_ca, new_leaf, new_leaf_for, port_of, replace_file,
+    worker_side_sockets, Leaf, WorkerProcess, TCP_ESTABLISHED,
 };
 use libwool::connection::ChannelOptions;
 use libwool::worker::{CredentialReload, RoutineRegistry, ServerCredentialFiles, Worker};

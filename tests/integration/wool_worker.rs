@@ -5,8 +5,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::{Pki, WorkerProcess};
-use libwool::Grace;
 use libwool::connection::{WorkerConnection, WorkerCredentials};
+use libwool::Grace;
 
 const TIMEOUT: Option<Duration> = Some(Duration::from_secs(5));
 
