@@ -192,7 +192,7 @@ func TestCloseWhileCallsAreInFlight(t *testing.T) {
 			results <- err
 		}()
 	}
-	eventually(t, "all polls in flight", 10*time.Second, func() bool { return wool.CallsInFlight(conn) == n })
+	eventually(t, "all polls in flight", 60*time.Second, func() bool { return wool.CallsInFlight(conn) == n })
 
 	start := time.Now()
 	conn.Close()
@@ -272,7 +272,7 @@ func TestTenThousandGoroutinesPollOneConnection(t *testing.T) {
 	if left := wool.CallsInFlight(conn); left != 0 {
 		t.Errorf("calls in flight after all returned: %d", left)
 	}
-	eventually(t, "the pollers' goroutines are gone", 10*time.Second, func() bool {
+	eventually(t, "the pollers' goroutines are gone", 60*time.Second, func() bool {
 		return runtime.NumGoroutine() <= goroutinesBefore
 	})
 }
@@ -314,14 +314,14 @@ func TestCancelledCallsFreeTheirResources(t *testing.T) {
 		t.Errorf("up to %d OS threads during the storm, want fewer than %d", most, mostThreads)
 	}
 	t.Logf("%d cancelled polls, at most %d OS threads", storm, most)
-	eventually(t, "the storm's goroutines are gone", 10*time.Second, func() bool {
+	eventually(t, "the storm's goroutines are gone", 60*time.Second, func() bool {
 		return runtime.NumGoroutine() <= goroutinesBefore
 	})
 	worker.Thaw(t)
 	// The worker now reads the resets of the streams that had reached it; h2's defence against
 	// rapid resets (CVE-2023-44487) may then end the connection (GOAWAY "too_many_resets"),
 	// failing a poll as ErrTransient. The next one dials anew.
-	eventually(t, "a poll through the same Connection succeeds", 10*time.Second, func() bool {
+	eventually(t, "a poll through the same Connection succeeds", 60*time.Second, func() bool {
 		_, err := idle(conn)
 		if err != nil {
 			requireKind(t, err, wool.ErrTransient)

@@ -145,7 +145,7 @@ func TestIdleIsZeroWhileATaskIsInFlight(t *testing.T) {
 	dispatch.End()
 
 	var after time.Duration
-	eventually(t, "idle counts again after the task ended", 5*time.Second, func() bool {
+	eventually(t, "idle counts again after the task ended", 60*time.Second, func() bool {
 		after = mustIdle(t, conn)
 		return after > 0
 	})
@@ -168,7 +168,7 @@ func TestIdleIsZeroWhileATaskIsInFlightOnWool(t *testing.T) {
 	}
 	worker.WaitLine(t, "busy-done", 30*time.Second)
 	var after time.Duration // the worker drops the task once its stream has closed: soon
-	eventually(t, "idle counts again after the task finished", 5*time.Second, func() bool {
+	eventually(t, "idle counts again after the task finished", 60*time.Second, func() bool {
 		after = mustIdle(t, conn)
 		return after > 0
 	})
@@ -423,7 +423,7 @@ func TestContextDeadlineBoundsTheCall(t *testing.T) {
 		t.Errorf("want gRPC code 4 (DEADLINE_EXCEEDED) matching context.DeadlineExceeded, got %v", err)
 	}
 	// The deadline was passed down to the library, so its call does not outlive it for long.
-	eventually(t, "the library call ends by its own deadline", 2*time.Second, func() bool {
+	eventually(t, "the library call ends by its own deadline", 60*time.Second, func() bool {
 		return wool.CallsInFlight(conn) == 0
 	})
 }
@@ -465,7 +465,7 @@ func TestForgottenConnectionIsFreedByItsCleanup(t *testing.T) {
 	server := workertest.StartHoldServer(t)
 	freed := forgetConnectionAfterACancelledCall(t, server.Address())
 
-	eventually(t, "the cleanup frees the handle", 10*time.Second, func() bool {
+	eventually(t, "the cleanup frees the handle", 60*time.Second, func() bool {
 		runtime.GC()
 		return freed()
 	})
@@ -499,7 +499,7 @@ func TestForgottenCredentialsAreFreedByTheirCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	freed := wool.CredentialsFreedProbe(credentials)
-	eventually(t, "the cleanup frees the credentials", 10*time.Second, func() bool {
+	eventually(t, "the cleanup frees the credentials", 60*time.Second, func() bool {
 		runtime.GC()
 		return freed()
 	})
