@@ -3,7 +3,7 @@
 # (<tools>: scripts/tools-dir.sh, ~/.cache/libwool/tools by default), all from the
 # Go module proxy (modules and sums pinned in tests/engine/*/go.mod and go.sum):
 #   etcd v3.6.13 (tests/engine/etcd: a main over go.etcd.io/etcd/server/v3/etcdmain),
-#   kube-apiserver, kube-controller-manager, kubectl v1.36.3 (tests/engine/kube: k8s.io/kubernetes
+#   kube-apiserver, kube-controller-manager v1.36.3 (tests/engine/kube: k8s.io/kubernetes
 #   with its staging modules pinned to v0.36.3), KEDA v2.21.0's operator and metrics adapter
 #   (tests/engine/keda), and KEDA's CRDs (config/crd/bases of the KEDA module).
 # About 13-15 minutes from nothing on 2 cores (module cache ~2.5 GB, build cache ~6 GB); when the
@@ -17,7 +17,7 @@ BIN="$OUT/bin"
 MODS="$ROOT/tests/engine"
 KUBE_VERSION=v1.36.3
 KEDA_VERSION=v2.21.0
-TOOLS=(etcd kube-apiserver kube-controller-manager kubectl keda-operator keda-adapter)
+TOOLS=(etcd kube-apiserver kube-controller-manager keda-operator keda-adapter)
 
 command -v go >/dev/null || { echo "ensure-engine: go is needed to build the engine" >&2; exit 1; }
 stamp="$(cat "$MODS"/*/go.mod "$MODS"/*/go.sum "$MODS"/etcd/main.go "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1) $(go env GOVERSION)"
@@ -49,7 +49,7 @@ step() { # name dir package output [ldflags]
     echo "ensure-engine: $1 built in $((SECONDS - t0)) s ($(du -h "$4" | cut -f1))" >&2
 }
 step "etcd v3.6.13" "$MODS/etcd" . "$BIN/etcd"
-# Version stamping as Kubernetes' own build does: kubectl cannot parse an unstamped server version.
+# Version stamping as Kubernetes' own build does: clients cannot parse an unstamped server version.
 kv="k8s.io/component-base/version"
 cv="k8s.io/client-go/pkg/version"
 major=${KUBE_VERSION#v}; minor=${major#*.}; minor=${minor%%.*}; major=${major%%.*}
@@ -58,7 +58,7 @@ for p in "$kv" "$cv"; do
     kflags+=" -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=$major -X $p.gitMinor=$minor"
     kflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
 done
-for c in kube-apiserver kube-controller-manager kubectl; do
+for c in kube-apiserver kube-controller-manager; do
     step "$c $KUBE_VERSION" "$MODS/kube" "k8s.io/kubernetes/cmd/$c" "$BIN/$c" "$kflags"
 done
 kedaflags="-X github.com/kedacore/keda/v2/version.Version=$KEDA_VERSION"

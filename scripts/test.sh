@@ -47,25 +47,29 @@ setup() {
 # Helm and the Kubernetes engine are Go builds (15-25 minutes from nothing on 2 cores, a second
 # once built): when a selected suite needs them, they are built in the background from the run's
 # start, at low priority, filling the time the other suites spend waiting on workers and
-# sockets; the suites that need them wait for that build first (`go_tools`).
+# sockets. Each build's exit status lands in target/go-tools/NAME.status; a suite that needs one
+# waits for that file (`await_tool`), from any shell.
 go_tools_started() {
-    mkdir -p target
-    (nice -n 10 ./scripts/ensure-helm.sh >/dev/null && nice -n 10 ./scripts/ensure-engine.sh >/dev/null) \
-        >target/go-tools.log 2>&1 </dev/null &
-    GO_TOOLS=$!
+    rm -rf target/go-tools && mkdir -p target/go-tools
+    (
+        for tool in helm engine; do
+            nice -n 10 "./scripts/ensure-$tool.sh" >/dev/null 2>"target/go-tools/$tool.log" </dev/null
+            echo $? >"target/go-tools/$tool.status"
+        done
+    ) &
+    GO_TOOLS_STARTED=1
 }
-go_tools() {
-    [[ -n "${GO_TOOLS:-}" ]] || go_tools_started
-    if ! wait "$GO_TOOLS"; then
-        echo "test.sh: building Helm or the Kubernetes engine failed (target/go-tools.log):" >&2
-        tail -n 30 target/go-tools.log >&2
-        GO_TOOLS_FAILED=1
+await_tool() { # helm | engine
+    [[ -n "${GO_TOOLS_STARTED:-}" ]] || go_tools_started
+    while [[ ! -s "target/go-tools/$1.status" ]]; do sleep 2; done
+    if [[ "$(cat "target/go-tools/$1.status")" != 0 ]]; then
+        echo "test.sh: building $1 failed (target/go-tools/$1.log):" >&2
+        tail -n 30 "target/go-tools/$1.log" >&2
+        return 1
     fi
-    GO_TOOLS=""
-    [[ -z "${GO_TOOLS_FAILED:-}" ]]
 }
-helm_suite() { go_tools && ./scripts/helm-test.sh; }
-kubernetes() { go_tools && ./scripts/e2e-kubernetes.sh "$@"; }
+helm_suite() { await_tool helm && ./scripts/helm-test.sh; }
+kubernetes() { await_tool helm && await_tool engine && ./scripts/e2e-kubernetes.sh "$@"; }
 cycles() { python3 scripts/import-cycles.py src && python3 scripts/import-cycles.py capi/src; }
 release() { ./scripts/release.sh && ./scripts/release-test.sh; }
 images() { ./scripts/images.sh && ./scripts/images-test.sh; }
@@ -80,6 +84,8 @@ SUITES=(
     "clippy|quick|target|clippy (warnings denied)|cargo clippy --workspace --all-targets -- -D warnings"
     "go|quick|$HOME/.cache/go-build|Go binding (go test -race) against the workspace's libwool|./scripts/go-test.sh"
     "python|quick|target|Python binding (pytest), a wheel installed into a fresh venv|./scripts/python-test.sh -q"
+    "images|full|$BUILDS_DIR/static|images: built FROM scratch (buildah), each root filesystem run as UID 65532|images"
+    "kubernetes|full|$TOOLS_DIR/engine|Kubernetes: the chart on kube-apiserver v1.36.3 with KEDA v2.21.0 (tests/kubernetes)|kubernetes"
     "doc-tests|full|target|doc tests|cargo test --workspace --doc"
     "rustdoc|full|target|rustdoc (warnings denied)|env RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps --workspace"
     "packages|full|$BUILDS_DIR/package|packages: each library as packaged, each package and feature alone|./scripts/packages.sh"
@@ -88,9 +94,7 @@ SUITES=(
     "fuzz|full|$BUILDS_DIR/fuzz|hostile input: every fuzz target, 10 s each|./scripts/fuzz.sh 10"
     "sanitizers|full|$BUILDS_DIR/tsan|sanitizers: ASan+LSan C harness, TSan concurrency tests, miri|./scripts/sanitizers.sh"
     "soak|full|-|soak: C API vs a worker SIGKILLed every 10 s (2 min)|./scripts/soak.sh 2"
-    "images|full|$BUILDS_DIR/static|images: built FROM scratch (buildah), each root filesystem run as UID 65532|images"
     "helm|full|$TOOLS_DIR/helm|Helm chart: lint, every documented combination, bad values refused|helm_suite"
-    "kubernetes|full|$TOOLS_DIR/engine|Kubernetes: the chart on kube-apiserver v1.36.3 with KEDA v2.21.0 (tests/kubernetes)|kubernetes"
     "consumers|long|$HOME/.cargo/bin/cargo-cinstall|C consumers of the library installed with cargo-c (pkg-config, CMake)|./scripts/consumers-test.sh"
     "fuzz-long|long|$BUILDS_DIR/fuzz|hostile input: every fuzz target, 5 min each|./scripts/fuzz.sh 300"
     "soak-long|long|-|soak: C API vs a worker SIGKILLed every 10 s (30 min)|./scripts/soak.sh 30"
@@ -133,8 +137,20 @@ for s in "${selected[@]}"; do
 done
 
 for s in "${selected[@]}"; do
-    case "$(field "$s" 0)" in helm | kubernetes | churn) [[ -n "${GO_TOOLS:-}" ]] || go_tools_started ;; esac
+    case "$(field "$s" 0)" in helm | kubernetes | churn) [[ -n "${GO_TOOLS_STARTED:-}" ]] || go_tools_started ;; esac
 done
+
+# The Kubernetes suite mostly waits (on KEDA's polling, the HPA's sync, tasks of many seconds):
+# in a run of several suites it runs beside the ones after it, its output kept in
+# target/suite-kubernetes.log and printed when the run ends. Its limits come from what it waits
+# for, so the load beside it delays it and fails nothing.
+BESIDE=" kubernetes "
+declare -A beside_pid beside_t0 beside_suite
+stop_beside() {
+    local key
+    for key in "${!beside_pid[@]}"; do kill -TERM "${beside_pid[$key]}" 2>/dev/null || true; done
+}
+trap 'stop_beside; exit 130' INT TERM
 
 passed=0
 failed=0
@@ -147,6 +163,14 @@ for s in "${selected[@]}"; do
     command="$(field "$s" 4)"
     echo "=== $key: $title"
     echo "=== $key: $command"
+    if [[ "$BESIDE" == *" $key "* ]] && ((${#selected[@]} > 1)); then
+        echo "=== $key: runs beside the next suites; its output comes at the end (target/suite-$key.log)"
+        (eval "$command") >"target/suite-$key.log" 2>&1 </dev/null &
+        beside_pid[$key]=$!
+        beside_t0[$key]=$SECONDS
+        beside_suite[$key]="$s"
+        continue
+    fi
     t0=$SECONDS
     if eval "$command"; then
         result=passed
@@ -159,8 +183,24 @@ for s in "${selected[@]}"; do
     rows+=("$(printf '%-11s %-6s %6d s  %-6s  %s' "$key" "$(field "$s" 1)" $((SECONDS - t0)) "$result" "${warm[$s]}")")
 done
 
+for key in "${!beside_pid[@]}"; do
+    s="${beside_suite[$key]}"
+    echo "=== $key: waiting for it to end (started at +$((beside_t0[$key] - run_started)) s)"
+    if wait "${beside_pid[$key]}"; then
+        result=passed
+        passed=$((passed + 1))
+    else
+        result=FAILED
+        failed=$((failed + 1))
+        failures+=("$key")
+    fi
+    echo "=== $key: its output"
+    cat "target/suite-$key.log"
+    rows+=("$(printf '%-11s %-6s %6d s  %-6s  %s' "$key" "$(field "$s" 1)&" $((SECONDS - beside_t0[$key])) "$result" "${warm[$s]}")")
+done
+
 echo
-echo "=== time table ($(nproc) cores; cache: whether the suite's cache was there when the run began)"
+echo "=== time table ($(nproc) cores; cache: whether the suite's cache was there when the run began; tier&: ran beside the suites after it, its seconds from its start to when the run saw it end)"
 printf '%-11s %-6s %8s  %-6s  %s\n' suite tier seconds result cache
 printf '%s\n' "${rows[@]}"
 printf '%-11s %-6s %6d s\n' total "" $((SECONDS - run_started))
