@@ -156,6 +156,12 @@ passed=0
 failed=0
 failures=()
 rows=()
+record() { # exit-status suite tier seconds: counts the suite and adds its row to the time table
+    local result=passed key
+    key="$(field "$2" 0)"
+    if (($1 == 0)); then passed=$((passed + 1)); else result=FAILED failed=$((failed + 1)) failures+=("$key"); fi
+    rows+=("$(printf '%-11s %-6s %6d s  %-6s  %s' "$key" "$3" "$4" "$result" "${warm[$2]}")")
+}
 run_started=$SECONDS
 for s in "${selected[@]}"; do
     key="$(field "$s" 0)"
@@ -172,31 +178,18 @@ for s in "${selected[@]}"; do
         continue
     fi
     t0=$SECONDS
-    if eval "$command"; then
-        result=passed
-        passed=$((passed + 1))
-    else
-        result=FAILED
-        failed=$((failed + 1))
-        failures+=("$key")
-    fi
-    rows+=("$(printf '%-11s %-6s %6d s  %-6s  %s' "$key" "$(field "$s" 1)" $((SECONDS - t0)) "$result" "${warm[$s]}")")
+    eval "$command"
+    record $? "$s" "$(field "$s" 1)" $((SECONDS - t0))
 done
 
 for key in "${!beside_pid[@]}"; do
     s="${beside_suite[$key]}"
     echo "=== $key: waiting for it to end (started at +$((beside_t0[$key] - run_started)) s)"
-    if wait "${beside_pid[$key]}"; then
-        result=passed
-        passed=$((passed + 1))
-    else
-        result=FAILED
-        failed=$((failed + 1))
-        failures+=("$key")
-    fi
+    wait "${beside_pid[$key]}"
+    status=$?
     echo "=== $key: its output"
     cat "target/suite-$key.log"
-    rows+=("$(printf '%-11s %-6s %6d s  %-6s  %s' "$key" "$(field "$s" 1)&" $((SECONDS - beside_t0[$key])) "$result" "${warm[$s]}")")
+    record $status "$s" "$(field "$s" 1)&" $((SECONDS - beside_t0[$key]))
 done
 
 echo
