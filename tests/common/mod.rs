@@ -62,11 +62,25 @@ pub fn new_leaf_for(
     stem: &str,
     names: &[&str],
 ) -> Leaf {
+    new_named_leaf(ca, dir, stem, "wool-test-worker", names).unwrap()
+}
+
+/// A leaf of `ca` named `common_name`, valid for `names` (DNS names and IP addresses) for
+/// server and client authentication, written to `dir` as `{stem}-cert.pem` and
+/// `{stem}-key.pem`; `Err` says what failed.
+pub fn new_named_leaf(
+    ca: &CertifiedIssuer<'static, KeyPair>,
+    dir: &Path,
+    stem: &str,
+    common_name: &str,
+    names: &[&str],
+) -> Result<Leaf, String> {
     let mut params =
-        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .map_err(|e| e.to_string())?;
     params
         .distinguished_name
-        .push(DnType::CommonName, "wool-test-worker");
+        .push(DnType::CommonName, common_name);
     params.key_usages = vec![
         KeyUsagePurpose::DigitalSignature,
         KeyUsagePurpose::KeyEncipherment,
@@ -76,17 +90,21 @@ pub fn new_leaf_for(
         ExtendedKeyUsagePurpose::ClientAuth,
     ];
     params.use_authority_key_identifier_extension = true;
-    let key = KeyPair::generate().unwrap();
-    let cert = params.signed_by(&key, ca).unwrap();
+    let key = KeyPair::generate().map_err(|e| e.to_string())?;
+    let cert = params.signed_by(&key, ca).map_err(|e| e.to_string())?;
     let leaf = Leaf {
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
         cert_path: dir.join(format!("{stem}-cert.pem")),
         key_path: dir.join(format!("{stem}-key.pem")),
     };
-    std::fs::write(&leaf.cert_path, &leaf.cert_pem).unwrap();
-    std::fs::write(&leaf.key_path, &leaf.key_pem).unwrap();
-    leaf
+    for (path, text) in [
+        (&leaf.cert_path, &leaf.cert_pem),
+        (&leaf.key_path, &leaf.key_pem),
+    ] {
+        std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(leaf)
 }
 
 /// A client's mutual-TLS credentials: trusting `ca_pem`, presenting `leaf`.
@@ -456,14 +474,26 @@ pub async fn serve_idle_with(
 /// A TCP state as `/proc/net/tcp` numbers it.
 pub const TCP_ESTABLISHED: u8 = 0x01;
 pub const TCP_CLOSE_WAIT: u8 = 0x08;
+pub const TCP_LISTEN: u8 = 0x0A;
 
-/// The TCP sockets (IPv4 and IPv6) of this network namespace whose local port is `port`, as
-/// (remote port, state): the worker side of each connection to a worker listening on `port`.
-/// The kernel keeps these up to date even while the worker process is frozen, so they show
-/// what a client did to its connection (a client that closed it leaves `TCP_CLOSE_WAIT`).
-pub fn worker_side_sockets(port: u16) -> Vec<(u16, u8)> {
-    let port_of =
-        |address: &str| u16::from_str_radix(address.rsplit(':').next().unwrap(), 16).unwrap();
+/// A TCP socket of this network namespace: one row of `/proc/net/tcp` or `/proc/net/tcp6`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpSocket {
+    pub local_port: u16,
+    /// 0 for a socket without a peer (a listening one).
+    pub remote_port: u16,
+    /// The state, as `/proc/net/tcp` numbers it (`TCP_ESTABLISHED`, `TCP_LISTEN`, ...).
+    pub state: u8,
+    pub inode: u64,
+}
+
+/// The TCP sockets (IPv4 and IPv6) of this network namespace, as the kernel lists them in
+/// `/proc/net/tcp` and `/proc/net/tcp6`.
+pub fn tcp_sockets() -> Vec<TcpSocket> {
+    /// The port of an `ADDRESS:PORT` field, both in hexadecimal.
+    fn port(address: &str) -> Option<u16> {
+        u16::from_str_radix(address.rsplit(':').next()?, 16).ok()
+    }
     ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()
         .filter_map(|table| std::fs::read_to_string(table).ok())
@@ -472,13 +502,29 @@ pub fn worker_side_sockets(port: u16) -> Vec<(u16, u8)> {
                 .lines()
                 .skip(1)
                 .filter_map(|line| {
+                    // sl, local address, remote address, state, ...; field 9: the inode
                     let fields: Vec<&str> = line.split_whitespace().collect();
-                    let (local, remote, state) = (fields[1], fields[2], fields[3]);
-                    (port_of(local) == port && port_of(remote) != 0)
-                        .then(|| (port_of(remote), u8::from_str_radix(state, 16).unwrap()))
+                    Some(TcpSocket {
+                        local_port: port(fields.get(1)?)?,
+                        remote_port: port(fields.get(2)?)?,
+                        state: u8::from_str_radix(fields.get(3)?, 16).ok()?,
+                        inode: fields.get(9)?.parse().ok()?,
+                    })
                 })
                 .collect::<Vec<_>>()
         })
+        .collect()
+}
+
+/// The TCP sockets (IPv4 and IPv6) of this network namespace whose local port is `port`, as
+/// (remote port, state): the worker side of each connection to a worker listening on `port`.
+/// The kernel keeps these up to date even while the worker process is frozen, so they show
+/// what a client did to its connection (a client that closed it leaves `TCP_CLOSE_WAIT`).
+pub fn worker_side_sockets(port: u16) -> Vec<(u16, u8)> {
+    tcp_sockets()
+        .into_iter()
+        .filter(|s| s.local_port == port && s.remote_port != 0)
+        .map(|s| (s.remote_port, s.state))
         .collect()
 }
 

@@ -53,64 +53,31 @@ struct Case {
     run: fn(&'static Engine) -> CaseFuture,
 }
 
+/// A [`Case`] named `$name`, needing `Parts::$needs`, that runs `$run(engine, $arg...)`.
+macro_rules! case {
+    ($name:literal, $needs:ident, $run:path $(, $arg:expr)*) => {
+        Case {
+            name: $name,
+            needs: Parts::$needs,
+            run: |e| Box::pin($run(e $(, $arg)*)),
+        }
+    };
+}
+
 /// The cases, in the order they run. `churn` is a measurement, run only when named.
 fn cases() -> Vec<Case> {
     vec![
-        Case {
-            name: "activation",
-            needs: Parts::KEDA,
-            run: |e| Box::pin(scaling::activation(e)),
-        },
-        Case {
-            name: "pool",
-            needs: Parts::KEDA,
-            run: |e| Box::pin(scaling::pool(e)),
-        },
-        Case {
-            name: "stream",
-            needs: Parts::KEDA,
-            run: |e| Box::pin(scaling::stream(e)),
-        },
-        Case {
-            name: "tls",
-            needs: Parts::KEDA,
-            run: |e| Box::pin(scaling::tls(e)),
-        },
-        Case {
-            name: "unreachable",
-            needs: Parts::KEDA,
-            run: |e| Box::pin(scaling::unreachable(e, false)),
-        },
-        Case {
-            name: "unreachable_fallback",
-            needs: Parts::HPA,
-            run: |e| Box::pin(scaling::unreachable(e, true)),
-        },
-        Case {
-            name: "hpa",
-            needs: Parts::HPA,
-            run: |e| Box::pin(scaling::hpa(e)),
-        },
-        Case {
-            name: "scaledown",
-            needs: Parts::PODS,
-            run: |e| Box::pin(pods::scaledown(e)),
-        },
-        Case {
-            name: "podbounds",
-            needs: Parts::KEDA,
-            run: |e| Box::pin(pods::podbounds(e)),
-        },
-        Case {
-            name: "manifests",
-            needs: Parts::API_SERVER,
-            run: |e| Box::pin(manifests::manifests(e)),
-        },
-        Case {
-            name: "churn",
-            needs: Parts::KEDA,
-            run: |e| Box::pin(pods::churn(e)),
-        },
+        case!("activation", KEDA, scaling::activation),
+        case!("pool", KEDA, scaling::pool),
+        case!("stream", KEDA, scaling::stream),
+        case!("tls", KEDA, scaling::tls),
+        case!("unreachable", KEDA, scaling::unreachable, false),
+        case!("unreachable_fallback", HPA, scaling::unreachable, true),
+        case!("hpa", HPA, scaling::hpa),
+        case!("scaledown", PODS, pods::scaledown),
+        case!("podbounds", KEDA, pods::podbounds),
+        case!("manifests", API_SERVER, manifests::manifests),
+        case!("churn", KEDA, pods::churn),
     ]
 }
 

@@ -4,9 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rcgen::{
-    CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, KeyPair, KeyUsagePurpose,
-};
+use rcgen::KeyPair;
 
 use crate::common;
 
@@ -40,39 +38,13 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// A leaf of `ca` named `common_name`, valid for `names` (DNS names and IP addresses) for
-/// server and client authentication.
-fn leaf(
-    ca: &CertifiedIssuer<'static, KeyPair>,
-    dir: &Path,
-    stem: &str,
-    common_name: &str,
-    names: &[&str],
-) -> Result<Pair, String> {
-    let mut params =
-        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-            .map_err(|e| e.to_string())?;
-    params
-        .distinguished_name
-        .push(DnType::CommonName, common_name);
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    params.use_authority_key_identifier_extension = true;
-    let key = KeyPair::generate().map_err(|e| e.to_string())?;
-    let cert = params.signed_by(&key, ca).map_err(|e| e.to_string())?;
-    let pair = Pair {
-        cert: dir.join(format!("{stem}.crt")),
-        key: dir.join(format!("{stem}.key")),
-    };
-    write(&pair.cert, &cert.pem())?;
-    write(&pair.key, &key.serialize_pem())?;
-    Ok(pair)
+impl From<common::Leaf> for Pair {
+    fn from(leaf: common::Leaf) -> Self {
+        Pair {
+            cert: leaf.cert_path,
+            key: leaf.key_path,
+        }
+    }
 }
 
 impl Pki {
@@ -94,28 +66,31 @@ impl Pki {
             "127.0.0.1",
         ];
         keda_names.extend(aggregation_ip);
-        let keda = leaf(&engine, &pki, "keda", "keda", &keda_names)?;
-        let front_proxy = leaf(
+        let keda: Pair = common::new_named_leaf(&engine, &pki, "keda", "keda", &keda_names)?.into();
+        let front_proxy: Pair = common::new_named_leaf(
             &engine,
             &pki,
             "front-proxy",
             "front-proxy",
             &["front-proxy"],
-        )?;
-        let scaler_leaf = leaf(
+        )?
+        .into();
+        let scaler_leaf: Pair = common::new_named_leaf(
             &scaler,
             &pki,
             "wool-scaler",
             "wool-scaler",
             &["localhost", "wool-scaler.default.svc", "127.0.0.1"],
-        )?;
-        let keda_to_scaler = leaf(
+        )?
+        .into();
+        let keda_to_scaler: Pair = common::new_named_leaf(
             &scaler,
             &pki,
             "keda-to-scaler",
             "keda-operator",
             &["keda-operator"],
-        )?;
+        )?
+        .into();
         let sa = KeyPair::generate().map_err(|e| e.to_string())?;
         let sa_key = pki.join("sa.key");
         let sa_pub = pki.join("sa.pub");

@@ -4,6 +4,7 @@
 //! for the pods' status, each pod given the address of a real wool-worker.
 
 use std::fmt::Write as _;
+use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -619,17 +620,11 @@ pub async fn podbounds(engine: &'static Engine) -> Verdict {
         processes::logged(&[blog], &["forbidden"])
     })
     .await;
-    let line = processes::first_logged(&[blog], &forbidden).unwrap_or_default();
-    let cause: String = line
-        .split("fails (restarted")
-        .nth(1)
-        .unwrap_or("")
-        .chars()
-        .take(160)
-        .collect();
-    checks.check(
-        processes::logged(&[blog], &forbidden),
-        format!("a watch that fails names its cause (fails (restarted{cause})"),
+    check_failure_logged(
+        &mut checks,
+        blog,
+        &forbidden,
+        "a watch that fails names its cause",
     );
     // The chart's Role, bound: the failed watch is started again (after its backoff, at most
     // 30 s) and serves.
@@ -671,17 +666,11 @@ pub async fn podbounds(engine: &'static Engine) -> Verdict {
         processes::logged(&[glog], &gone_parts)
     })
     .await;
-    let line = processes::first_logged(&[glog], &gone_parts).unwrap_or_default();
-    let cause: String = line
-        .split("fails (restarted")
-        .nth(1)
-        .unwrap_or("")
-        .chars()
-        .take(160)
-        .collect();
-    checks.check(
-        processes::logged(&[glog], &gone_parts),
-        format!("an API server that is gone names the cause (fails (restarted{cause})"),
+    check_failure_logged(
+        &mut checks,
+        glog,
+        &gone_parts,
+        "an API server that is gone names the cause",
     );
     checks.check(
         served(&bounds.metrics, &format!("{ns}/targets-b")).await
@@ -704,6 +693,23 @@ pub async fn podbounds(engine: &'static Engine) -> Verdict {
         glog.display()
     ));
     checks.verdict()
+}
+
+/// Checks that `log` holds a line with every one of `parts`, in that order (a failed watch's),
+/// saying `what` and the cause the line gives after "fails (restarted" (at most 160 characters).
+fn check_failure_logged(checks: &mut Checks, log: &Path, parts: &[&str], what: &str) {
+    let line = processes::first_logged(&[log], parts).unwrap_or_default();
+    let cause: String = line
+        .split("fails (restarted")
+        .nth(1)
+        .unwrap_or("")
+        .chars()
+        .take(160)
+        .collect();
+    checks.check(
+        processes::logged(&[log], parts),
+        format!("{what} (fails (restarted{cause})"),
+    );
 }
 
 /// A measurement, not a test (run only when named): 50 pods (their status played here, each a

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use std::os::unix::process::CommandExt;
 
+use crate::common;
+
 /// One started process: the leader of its own process group.
 struct Started {
     name: String,
@@ -187,26 +189,10 @@ pub fn log_files() -> Vec<PathBuf> {
 
 /// The inodes of the TCP sockets listening in this network namespace, with their ports.
 fn listening_sockets() -> Vec<(u64, u16)> {
-    ["/proc/net/tcp", "/proc/net/tcp6"]
-        .iter()
-        .filter_map(|table| std::fs::read_to_string(table).ok())
-        .flat_map(|table| {
-            table
-                .lines()
-                .skip(1)
-                .filter_map(|line| {
-                    let fields: Vec<&str> = line.split_whitespace().collect();
-                    // state 0A: LISTEN; field 9: the socket's inode
-                    (fields.get(3) == Some(&"0A")).then(|| {
-                        let port = fields[1].rsplit(':').next().unwrap_or("0");
-                        (
-                            fields[9].parse().unwrap_or(0),
-                            u16::from_str_radix(port, 16).unwrap_or(0),
-                        )
-                    })
-                })
-                .collect::<Vec<_>>()
-        })
+    common::tcp_sockets()
+        .into_iter()
+        .filter(|s| s.state == common::TCP_LISTEN)
+        .map(|s| (s.inode, s.local_port))
         .collect()
 }
 

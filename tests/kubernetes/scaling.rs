@@ -74,17 +74,29 @@ async fn dispatch_cycle(
     fleet::burst(engine, name, worker, 1, task)?.wait().await;
     let end = now();
     timeline.mark("task ended");
+    let cycle = back_to_zero(engine, timeline, name, work, end).await;
+    print!("{}", timeline.render());
+    Ok(cycle)
+}
+
+/// The end of a cycle whose task ran from `work` to `end`: waits for the Deployment to return
+/// to 0, stops the sampler and reads the cycle off the timeline.
+async fn back_to_zero(
+    engine: &Engine,
+    timeline: &mut Timeline,
+    name: &str,
+    work: f64,
+    end: f64,
+) -> Cycle {
     wait_replicas(engine, NS, name, back_to_zero_limit(), |r| r == 0).await;
     sleep(2.0).await;
     timeline.stop();
-    let cycle = Cycle {
+    Cycle {
         work,
         end,
         up: timeline.first_time(timeline.t0, |r| r > 0),
         down: timeline.first_time(end, |r| r == 0),
-    };
-    print!("{}", timeline.render());
-    Ok(cycle)
+    }
 }
 
 /// The checks every 0 → 1 → 0 cycle makes: the scaler saw the task (else the checks that follow
@@ -134,6 +146,30 @@ fn check_cycle(
     Some(format!("{d:.1}"))
 }
 
+/// What a case on idle workers starts from: starts `n` wool-workers and gives them
+/// idleThreshold + 1 s (a just-started worker counts as busy for idleThreshold), then starts
+/// the timeline of Deployment `name` sampled from `scaler` and the checks of case `name` about
+/// `object`. The workers, the timeline, the checks and the chart values every such case sets
+/// (the scaler's address, the workers as targets).
+async fn on_idle_workers(
+    engine: &Engine,
+    scaler: &fleet::Scaler,
+    n: usize,
+    name: &'static str,
+    object: String,
+) -> Result<(Vec<String>, Timeline, Checks, Vec<String>), String> {
+    let workers = fleet::workers(engine, n)?;
+    sleep((IDLE + 1) as f64).await;
+    let timeline = Timeline::start(&engine.client, NS, name, &scaler.metrics, now());
+    let checks = Checks::new(name, object);
+    let all: Vec<&str> = workers.iter().map(String::as_str).collect();
+    let values = chart::args([
+        &set("scaledObject.scalerAddress", &scaler.address),
+        &targets(&all),
+    ]);
+    Ok((workers, timeline, checks, values))
+}
+
 /// Activation and scale to zero through an `external` trigger polling IsActive: two
 /// wool-workers listed as targets, a 12-second task on one.
 pub async fn activation(engine: &'static Engine) -> Verdict {
@@ -143,14 +179,8 @@ pub async fn activation(engine: &'static Engine) -> Verdict {
          pollingInterval {POLL}, cooldownPeriod {COOL})"
     );
     let scaler = fleet::plain_scaler(engine).await?;
-    let workers = fleet::workers(engine, 2)?;
-    sleep((IDLE + 1) as f64).await; // a just-started worker counts as busy for idleThreshold
-    let mut timeline = Timeline::start(&engine.client, NS, name, &scaler.metrics, now());
-    let mut checks = Checks::new(name, format!("{NS}/{name}"));
-    let values = chart::args([
-        &set("scaledObject.scalerAddress", &scaler.address),
-        &targets(&[&workers[0], &workers[1]]),
-    ]);
+    let (workers, mut timeline, mut checks, values) =
+        on_idle_workers(engine, &scaler, 2, name, format!("{NS}/{name}")).await?;
     chart::apply_case(engine, NS, name, &values).await?;
     timeline.mark("ScaledObject applied (workers idle)");
     let cycle =
@@ -212,18 +242,10 @@ pub async fn pool(engine: &'static Engine) -> Verdict {
         "pool's task ended ({} pool lines: {lines})",
         printed.lines().count()
     ));
-    wait_replicas(engine, NS, name, back_to_zero_limit(), |r| r == 0).await;
-    sleep(2.0).await;
-    timeline.stop();
+    let cycle = back_to_zero(engine, &mut timeline, name, work, end).await;
     processes::stop(pool.pid, Duration::from_secs(10));
     // Wool's local discovery keeps its namespace's folder in the temporary folder.
     let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("wool-{pool_namespace}")));
-    let cycle = Cycle {
-        work,
-        end,
-        up: timeline.first_time(timeline.t0, |r| r > 0),
-        down: timeline.first_time(end, |r| r == 0),
-    };
     print!("{}", timeline.render());
     checks.evidence(&timeline.render());
     if !checks.check(done, "the pool's task ran (busy-done)") {
@@ -247,13 +269,11 @@ pub async fn stream(engine: &'static Engine) -> Verdict {
     let name = "stream";
     println!("\n== StreamIsActive (external-push, pollingInterval 300)");
     let scaler = fleet::plain_scaler(engine).await?;
-    let worker = fleet::workers(engine, 1)?.remove(0);
-    sleep((IDLE + 1) as f64).await;
-    let mut timeline = Timeline::start(&engine.client, NS, name, &scaler.metrics, now());
-    let mut checks = Checks::new(name, format!("{NS}/{name}"));
+    let (workers, mut timeline, mut checks, values) =
+        on_idle_workers(engine, &scaler, 1, name, format!("{NS}/{name}")).await?;
+    let worker = &workers[0];
     let values = chart::args([
-        &set("scaledObject.scalerAddress", &scaler.address),
-        &targets(&[&worker]),
+        &values,
         &set("scaledObject.triggerType", "external-push"),
         &set("scaledObject.pollingInterval", 300),
     ]);
@@ -264,7 +284,7 @@ pub async fn stream(engine: &'static Engine) -> Verdict {
     let work = now();
     let task = 15.0;
     timeline.mark(format!("dispatch: 1 task of {task} s"));
-    let burst = fleet::burst(engine, name, &worker, 1, task)?;
+    let burst = fleet::burst(engine, name, worker, 1, task)?;
     // Activation from the stream: within the task's length.
     wait_replicas(engine, NS, name, Duration::from_secs_f64(2.0 * task), |r| {
         r > 0
@@ -352,13 +372,12 @@ pub async fn tls(engine: &'static Engine) -> Verdict {
     )
     .await?;
     let scaler = fleet::tls_scaler(engine).await?;
-    let worker = fleet::workers(engine, 1)?.remove(0);
-    sleep((IDLE + 1) as f64).await;
-    let mut timeline = Timeline::start(&engine.client, NS, name, &scaler.metrics, now());
-    let mut checks = Checks::new(name, format!("{NS}/{name} and {NS}/{noauth}"));
+    let object = format!("{NS}/{name} and {NS}/{noauth}");
+    let (workers, mut timeline, mut checks, values) =
+        on_idle_workers(engine, &scaler, 1, name, object).await?;
+    let worker = &workers[0];
     let tls_values = chart::args([
-        &set("scaledObject.scalerAddress", &scaler.address),
-        &targets(&[&worker]),
+        &values,
         &set("scaler.tls.enabled", true),
         &set("scaler.tls.secretName", "wool-scaler-serving-tls"),
     ]);
@@ -371,7 +390,7 @@ pub async fn tls(engine: &'static Engine) -> Verdict {
     // scaler serves mutual TLS, so it must refuse KEDA.
     chart::apply_case(engine, NS, noauth, &tls_values).await?;
     timeline.mark("ScaledObjects applied (with and without KEDA's client certificate)");
-    let cycle = dispatch_cycle(engine, &mut timeline, name, &worker, 10.0, 2 * POLL).await?;
+    let cycle = dispatch_cycle(engine, &mut timeline, name, worker, 10.0, 2 * POLL).await?;
     checks.evidence(&timeline.render());
     let ready = api::condition(&engine.client, NS, name, "Ready").await;
     let ready_noauth = api::condition(&engine.client, NS, noauth, "Ready").await;
@@ -511,14 +530,10 @@ pub async fn hpa(engine: &'static Engine) -> Verdict {
         "\n== the HPA half (kube-controller-manager's HPA controller + KEDA's metrics adapter)"
     );
     let scaler = fleet::plain_scaler(engine).await?;
-    let workers = fleet::workers(engine, 4)?;
-    sleep((IDLE + 1) as f64).await;
-    let mut timeline = Timeline::start(&engine.client, NS, name, &scaler.metrics, now());
-    let mut checks = Checks::new(name, format!("{NS}/{name}"));
-    let all: Vec<&str> = workers.iter().map(String::as_str).collect();
+    let (workers, mut timeline, mut checks, values) =
+        on_idle_workers(engine, &scaler, 4, name, format!("{NS}/{name}")).await?;
     let values = chart::args([
-        &set("scaledObject.scalerAddress", &scaler.address),
-        &targets(&all),
+        &values,
         &set("scaledObject.maxReplicaCount", 4),
         &set("scaledObject.targetValue", 1),
         &set_json(
