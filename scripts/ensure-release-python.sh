@@ -13,11 +13,5 @@ PINS=(setuptools==80.9.0 setuptools-rust==1.13.0 wheel==0.48.0 auditwheel==6.8.2
 . "$ROOT/scripts/tools-dir.sh"
 key="$(printf '%s\n' "${PINS[@]}" | sha256sum | cut -c1-12)"
 VENV="$TOOLS_DIR/release-python-$key"
-if [[ ! -f "$VENV/.installed" ]]; then
-    echo "ensure-release-python: installing ${PINS[*]} into $VENV" >&2
-    rm -rf "$VENV"
-    python3 -m venv "$VENV" >&2
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PINS[@]}" >&2
-    touch "$VENV/.installed"
-fi
+pip_venv ensure-release-python "$VENV" "${PINS[@]}"
 echo "$VENV/bin/python"

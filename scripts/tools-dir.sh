@@ -20,3 +20,17 @@ trim_builds() {
         rm -rf "${BUILDS_DIR:?}"/*
     fi
 }
+
+# A virtual environment at DIR holding the pinned PyPI packages PINS (made once; `.installed`
+# marks it complete, so a second call only checks the mark). LABEL names the caller in its log.
+# Usage: pip_venv LABEL DIR PIN...
+pip_venv() {
+    local label="$1" dir="$2"
+    shift 2
+    [[ -f "$dir/.installed" ]] && return 0
+    echo "$label: installing $* into $dir" >&2
+    rm -rf "$dir"
+    python3 -m venv "$dir" >&2 &&
+        "$dir/bin/python" -m pip install -q --disable-pip-version-check "$@" >&2 &&
+        touch "$dir/.installed"
+}
