@@ -90,7 +90,7 @@ SUITES=(
     "rustdoc|full|target|rustdoc (warnings denied)|env RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps --workspace"
     "packages|full|$BUILDS_DIR/package|packages: each library as packaged, each package and feature alone|./scripts/packages.sh"
     "valgrind|full|target|C harness under valgrind|./scripts/valgrind-c.sh"
-    "release|full|$TOOLS_DIR/zig|release: dist/ for x86_64 and aarch64, each artifact installed and run with no Rust|release"
+    "release|full|$ROOT/target/x86_64-unknown-linux-gnu/dist|release: dist/ for x86_64 and aarch64, each artifact installed and run with no Rust|release"
     "fuzz|full|$BUILDS_DIR/fuzz|hostile input: every fuzz target, 10 s each|./scripts/fuzz.sh 10"
     "sanitizers|full|$BUILDS_DIR/tsan|sanitizers: ASan+LSan C harness, TSan concurrency tests, miri|./scripts/sanitizers.sh"
     "soak|full|-|soak: C API vs a worker SIGKILLed every 10 s (2 min)|./scripts/soak.sh 2"
