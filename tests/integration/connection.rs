@@ -795,6 +795,12 @@ async fn given_an_answer_over_the_receive_limit_then_transient_resource_exhauste
 /// failure, the connection stays up (h2 used to count every late answer against its small-frame
 /// budget and close the connection with GOAWAY "too_many_data_frames" after about a hundred,
 /// failing calls as RPC errors — found by the soak), and a poll with a real deadline succeeds.
+///
+/// The worker's HTTP/2 server allows 20 streams reset by the client before it accepted them
+/// (h2's guard against rapid resets, `max_pending_accept_reset_streams`): past that it closes
+/// the connection with GOAWAY "too_many_resets". On a busy machine the worker accepts slowly,
+/// so every 10 timed-out polls are followed by one with a real deadline, which the worker
+/// answers only after it has taken in every stream before it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_arriving_after_local_timeouts_never_close_the_connection() {
     let worker = reference_worker().await;
@@ -811,6 +817,9 @@ async fn answers_arriving_after_local_timeouts_never_close_the_connection() {
                 assert_eq!(error.kind(), ErrorKind::Transient, "{error}");
                 assert_eq!(error.code(), Some(tonic::Code::DeadlineExceeded), "{error}");
                 late += 1;
+                if late % 10 == 0 {
+                    conn.idle(SECOND).await.unwrap();
+                }
             }
         }
     }
