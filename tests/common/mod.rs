@@ -388,7 +388,14 @@ pub fn scrape(address: &str) -> std::collections::HashMap<String, f64> {
         "{head}"
     );
     assert!(body.trim_end().ends_with("# EOF"), "{body}");
-    body.lines()
+    samples(body)
+}
+
+/// The samples of a metrics exposition (`WorkerHandle::metrics_text`, a scrape's body) by name
+/// with their labels. Comment lines are skipped: a `# HELP` line's text may well read like a
+/// sample (`# HELP wool_worker_stopping 1 once a stop has begun`).
+pub fn samples(text: &str) -> std::collections::HashMap<String, f64> {
+    text.lines()
         .filter(|line| !line.starts_with('#') && !line.is_empty())
         .map(|line| {
             let (name, value) = line.rsplit_once(' ').unwrap();

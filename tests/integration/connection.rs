@@ -304,7 +304,7 @@ async fn given_stop_has_begun_when_dispatching_then_transient_shutting_down() {
     };
     // The stop is draining once the worker says so (its `stopping` gauge), whatever the wait.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !worker.metrics_text().contains("wool_worker_stopping 1") {
+    while common::samples(&worker.metrics_text())["wool_worker_stopping"] != 1.0 {
         assert!(Instant::now() < deadline, "the stop never began (30 s)");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

@@ -292,13 +292,27 @@ fn an_embedded_worker_gives_its_metrics_text() {
         let connection = WorkerConnection::new(worker.address()).unwrap();
         connection.idle(Some(Duration::from_secs(5))).await.unwrap();
         let text = worker.metrics_text();
-        assert!(text.contains("wool_worker_idle_polls_total 1"), "{text}");
+        assert_eq!(
+            common::samples(&text)["wool_worker_idle_polls_total"],
+            1.0,
+            "{text}"
+        );
         assert!(
             text.contains("# TYPE wool_worker_tasks_in_flight gauge"),
             "{text}"
         );
+        assert_eq!(
+            common::samples(&text)["wool_worker_stopping"],
+            0.0,
+            "{text}"
+        );
         worker.stop(Grace::None).await;
-        assert!(worker.metrics_text().contains("wool_worker_stopping 1"));
+        let text = worker.metrics_text();
+        assert_eq!(
+            common::samples(&text)["wool_worker_stopping"],
+            1.0,
+            "{text}"
+        );
     });
 }
 
