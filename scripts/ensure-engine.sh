@@ -45,7 +45,9 @@ started=$SECONDS
 step() { # name dir package output [ldflags]
     local t0=$SECONDS
     echo "ensure-engine: building $1" >&2
-    (cd "$2" && go build -ldflags "${5:-}" -o "$4" "$3") >&2
+    # -s -w: no symbol table or DWARF (the linker's largest job for binaries of 130-250 MB);
+    # panics still print file:line stacks. -trimpath: no build paths inside.
+    (cd "$2" && go build -trimpath -ldflags "-s -w ${5:-}" -o "$4" "$3") >&2
     echo "ensure-engine: $1 built in $((SECONDS - t0)) s ($(du -h "$4" | cut -f1))" >&2
 }
 step "etcd v3.6.13" "$MODS/etcd" . "$BIN/etcd"

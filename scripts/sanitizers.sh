@@ -11,6 +11,7 @@
 #          parser, the last-error buffer copy.
 #
 #   ./scripts/sanitizers.sh [asan] [tsan] [miri]      default: all three
+#   ./scripts/sanitizers.sh build                     the three builds only, nothing run
 #
 # Needs: rustup (installs the nightly toolchain with rust-src and miri here if missing), a C
 # compiler with -fsanitize=address (gcc's libasan), the test prerequisites of tests/integration/c_api.rs.
@@ -88,12 +89,23 @@ miri() {
         -p libwool -p libwool-capi --lib -- worker::idle connection::target last_error::
 }
 
+# The three instrumented builds without running anything (scripts/test.sh makes them in the
+# background ahead of the suite; the suite's own builds are then up to date).
+build() {
+    RUSTFLAGS="-Zsanitizer=address" "${LEAN[@]}" cargo +nightly build -p libwool-capi --lib \
+        --target "$HOST" --target-dir "$BUILDS_DIR/asan" &&
+        tsan_test -p libwool -p libwool-capi --lib --no-run &&
+        tsan_test -p libwool --test integration --no-run &&
+        MIRIFLAGS="-Zmiri-disable-isolation" "${LEAN[@]}" cargo +nightly miri test --no-run \
+            --target-dir "$BUILDS_DIR/miri" -p libwool -p libwool-capi --lib
+}
 for part in "${PARTS[@]}"; do
     case "$part" in
+        build) run "the instrumented builds only" build ;;
         asan) run "AddressSanitizer + LeakSanitizer: the C harness" asan ;;
         tsan) run "ThreadSanitizer: the concurrency tests" tsan ;;
         miri) run "miri: idle clock, target parser, last-error copy" miri ;;
-        *) echo "sanitizers: unknown part $part (asan, tsan, miri)" >&2; exit 2 ;;
+        *) echo "sanitizers: unknown part $part (asan, tsan, miri, build)" >&2; exit 2 ;;
     esac
 done
 exit $status

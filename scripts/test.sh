@@ -30,6 +30,9 @@ fi
 if [[ -z "${LIBWOOL_NO_SCCACHE:-}" && -z "${RUSTC_WRAPPER:-}" ]] && sccache="$(./scripts/ensure-sccache.sh)"; then
     export RUSTC_WRAPPER="$sccache"
     export SCCACHE_DIR="${SCCACHE_DIR:-$(dirname "$TOOLS_DIR")/sccache}" SCCACHE_CACHE_SIZE="${SCCACHE_CACHE_SIZE:-12G}"
+    # The server lives as long as the run (by default it quits after 10 idle minutes, and the
+    # stats printed at the end would then cover only the suites after it came back).
+    export SCCACHE_IDLE_TIMEOUT=0
     "$sccache" --start-server >/dev/null 2>&1 </dev/null || unset RUSTC_WRAPPER
     trap '"$sccache" --stop-server >/dev/null 2>&1 </dev/null || true' EXIT
 fi
@@ -44,32 +47,42 @@ setup() {
         # The C, Go and Python suites load libwool (its C ABI package) and run wool-worker.
         cargo build --workspace --lib --bins --examples
 }
-# Helm and the Kubernetes engine are Go builds (15-25 minutes from nothing on 2 cores, a second
-# once built): when a selected suite needs them, they are built in the background from the run's
-# start, at low priority, filling the time the other suites spend waiting on workers and
-# sockets. Each build's exit status lands in target/go-tools/NAME.status; a suite that needs one
-# waits for that file (`await_tool`), from any shell.
-go_tools_started() {
-    rm -rf target/go-tools && mkdir -p target/go-tools
+# Builds of many minutes from nothing run in the background from the run's start, at low
+# priority, filling the time the suites spend waiting on workers, sockets and valgrind's one
+# core: Helm and the Kubernetes engine (Go, 15-25 minutes, a second once built) when a selected
+# suite needs them, and the nightly instrumented builds of the fuzz and sanitizer suites. Each
+# job's exit status lands in target/background/NAME.status and its time in NAME.seconds; a suite
+# that needs one waits for that file (`await_build`), from any shell.
+background_started() { # name command...
+    local name="$1"
+    shift
+    mkdir -p target/background
+    rm -f "target/background/$name".*
     (
-        for tool in helm engine; do
-            nice -n 10 "./scripts/ensure-$tool.sh" >/dev/null 2>"target/go-tools/$tool.log" </dev/null
-            echo $? >"target/go-tools/$tool.status"
-        done
+        t0=$SECONDS
+        renice -n 10 -p "$BASHPID" >/dev/null
+        "$@" >"target/background/$name.log" 2>&1 </dev/null
+        status=$?
+        echo $((SECONDS - t0)) >"target/background/$name.seconds"
+        echo $status >"target/background/$name.status"
     ) &
-    GO_TOOLS_STARTED=1
 }
-await_tool() { # helm | engine
-    [[ -n "${GO_TOOLS_STARTED:-}" ]] || go_tools_started
-    while [[ ! -s "target/go-tools/$1.status" ]]; do sleep 2; done
-    if [[ "$(cat "target/go-tools/$1.status")" != 0 ]]; then
-        echo "test.sh: building $1 failed (target/go-tools/$1.log):" >&2
-        tail -n 30 "target/go-tools/$1.log" >&2
+await_build() { # helm | engine | nightly
+    while [[ ! -s "target/background/$1.status" ]]; do sleep 2; done
+    if [[ "$(cat "target/background/$1.status")" != 0 ]]; then
+        echo "test.sh: building $1 failed (target/background/$1.log):" >&2
+        tail -n 30 "target/background/$1.log" >&2
         return 1
     fi
 }
-helm_suite() { await_tool helm && ./scripts/helm-test.sh; }
-kubernetes() { await_tool helm && await_tool engine && ./scripts/e2e-kubernetes.sh "$@"; }
+go_tools() { ./scripts/ensure-helm.sh >/dev/null && ./scripts/ensure-engine.sh >/dev/null; }
+nightly_builds() { ./scripts/fuzz.sh build && ./scripts/sanitizers.sh build; }
+helm_suite() { await_build go-tools && ./scripts/helm-test.sh; }
+kubernetes() { await_build go-tools && ./scripts/e2e-kubernetes.sh "$@"; }
+# A failed background build is no verdict: the suite's own build, up to date when the background
+# one passed, then fails with the compiler's message in the suite's output.
+fuzz_suite() { await_build nightly; ./scripts/fuzz.sh "$@"; }
+sanitizers_suite() { await_build nightly; ./scripts/sanitizers.sh; }
 cycles() { python3 scripts/import-cycles.py src && python3 scripts/import-cycles.py capi/src; }
 release() { ./scripts/release.sh && ./scripts/release-test.sh; }
 images() { ./scripts/images.sh && ./scripts/images-test.sh; }
@@ -86,17 +99,17 @@ SUITES=(
     "python|quick|target|Python binding (pytest), a wheel installed into a fresh venv|./scripts/python-test.sh -q"
     "images|full|$BUILDS_DIR/static|images: built FROM scratch (buildah), each root filesystem run as UID 65532|images"
     "kubernetes|full|$TOOLS_DIR/engine|Kubernetes: the chart on kube-apiserver v1.36.3 with KEDA v2.21.0 (tests/kubernetes)|kubernetes"
+    "soak|full|-|soak: C API vs a worker SIGKILLed every 10 s (2 min)|./scripts/soak.sh 2"
     "doc-tests|full|target|doc tests|cargo test --workspace --doc"
     "rustdoc|full|target|rustdoc (warnings denied)|env RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps --workspace"
     "packages|full|$BUILDS_DIR/package|packages: each library as packaged, each package and feature alone|./scripts/packages.sh"
     "valgrind|full|target|C harness under valgrind|./scripts/valgrind-c.sh"
     "release|full|$ROOT/target/x86_64-unknown-linux-gnu/dist|release: dist/ for x86_64 and aarch64, each artifact installed and run with no Rust|release"
-    "fuzz|full|$BUILDS_DIR/fuzz|hostile input: every fuzz target, 10 s each|./scripts/fuzz.sh 10"
-    "sanitizers|full|$BUILDS_DIR/tsan|sanitizers: ASan+LSan C harness, TSan concurrency tests, miri|./scripts/sanitizers.sh"
-    "soak|full|-|soak: C API vs a worker SIGKILLed every 10 s (2 min)|./scripts/soak.sh 2"
+    "fuzz|full|$BUILDS_DIR/fuzz|hostile input: every fuzz target, 10 s each|fuzz_suite 10"
+    "sanitizers|full|$BUILDS_DIR/tsan|sanitizers: ASan+LSan C harness, TSan concurrency tests, miri|sanitizers_suite"
     "helm|full|$TOOLS_DIR/helm|Helm chart: lint, every documented combination, bad values refused|helm_suite"
     "consumers|long|$HOME/.cargo/bin/cargo-cinstall|C consumers of the library installed with cargo-c (pkg-config, CMake)|./scripts/consumers-test.sh"
-    "fuzz-long|long|$BUILDS_DIR/fuzz|hostile input: every fuzz target, 5 min each|./scripts/fuzz.sh 300"
+    "fuzz-long|long|$BUILDS_DIR/fuzz|hostile input: every fuzz target, 5 min each|fuzz_suite 300"
     "soak-long|long|-|soak: C API vs a worker SIGKILLed every 10 s (30 min)|./scripts/soak.sh 30"
     "churn|long|$TOOLS_DIR/engine|Kubernetes: deletion-cost patches per minute, 50 pods (10 min)|CHURN_MINUTES=10 kubernetes churn"
 )
@@ -136,15 +149,15 @@ for s in "${selected[@]}"; do
     if [[ "$cache" == - ]]; then warm[$s]="-"; elif [[ -e "$cache" ]]; then warm[$s]=warm; else warm[$s]=cold; fi
 done
 
-for s in "${selected[@]}"; do
-    case "$(field "$s" 0)" in helm | kubernetes | churn) [[ -n "${GO_TOOLS_STARTED:-}" ]] || go_tools_started ;; esac
-done
+keys=" $(for s in "${selected[@]}"; do field "$s" 0; done | tr '\n' ' ') "
+[[ "$keys" =~ \ (helm|kubernetes|churn)\  ]] && background_started go-tools go_tools
+[[ "$keys" =~ \ (fuzz|fuzz-long|sanitizers)\  ]] && background_started nightly nightly_builds
 
-# The Kubernetes suite mostly waits (on KEDA's polling, the HPA's sync, tasks of many seconds):
-# in a run of several suites it runs beside the ones after it, its output kept in
-# target/suite-kubernetes.log and printed when the run ends. Its limits come from what it waits
-# for, so the load beside it delays it and fails nothing.
-BESIDE=" kubernetes "
+# The Kubernetes suite and the soak mostly wait (on KEDA's polling, the HPA's sync, tasks of many
+# seconds; a worker killed every 10 s): in a run of several suites each runs beside the ones
+# after it, its output kept in target/suite-KEY.log and printed when the run ends. Their limits
+# come from what they wait for, so the load beside them delays them and fails nothing.
+BESIDE=" kubernetes soak "
 declare -A beside_pid beside_t0 beside_suite
 stop_beside() {
     local key
@@ -197,6 +210,12 @@ echo "=== time table ($(nproc) cores; cache: whether the suite's cache was there
 printf '%-11s %-6s %8s  %-6s  %s\n' suite tier seconds result cache
 printf '%s\n' "${rows[@]}"
 printf '%-11s %-6s %6d s\n' total "" $((SECONDS - run_started))
+for f in target/background/*.status; do
+    [[ -e "$f" ]] || continue
+    b="$(basename "$f" .status)"
+    printf 'background build %s: %s s, exit %s (target/background/%s.log)\n' \
+        "$b" "$(cat "target/background/$b.seconds")" "$(cat "$f")" "$b"
+done
 mkdir -p target
 {
     echo "# $(date -u +%FT%TZ) ./scripts/test.sh $*"
