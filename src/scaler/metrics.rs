@@ -4,12 +4,16 @@
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
 //! | `wool_scaler_workers` | gauge | `scaledobject`, `fleet`, `state` | the last answer's workers by state: `busy`, `idle`, `unreachable`, `idle_unavailable` |
-//! | `wool_scaler_busy_workers` | gauge | `scaledobject`, `fleet` | the metric last given (busy, plus what the metadata counts as busy) |
+//! | `wool_scaler_busy_workers` | gauge | `scaledobject`, `fleet` | the metric last given (busy, plus what the metadata counts as busy, plus the ScaledObject's waiting tasks) |
 //! | `wool_scaler_active` | gauge | `scaledobject`, `fleet` | the last `IsActive` answer, 1 or 0 |
 //! | `wool_scaler_calls_total` | counter | `rpc`, `answer` | calls answered: `swept` (a sweep was made for it), `cached`, or `failed` |
 //! | `wool_scaler_sweeps_total` | counter | `outcome` | sweeps made: `ok`, or `failed` (the members could not be listed) |
 //! | `wool_scaler_sweep_duration_seconds` | histogram | | how long each sweep took, listing included |
 //! | `wool_scaler_series_refused_total` | counter | | answers not recorded because [`MAX_OBJECTS`] (ScaledObject, fleet) pairs already have series |
+//! | `wool_scaler_demand_reports_total` | counter | `outcome` | demand reports: `accepted`, or refused: `unauthenticated`, `invalid_name`, `too_many_waiting`, `rate_limited`, `too_many_scaled_objects`, `too_many_clients` |
+//! | `wool_scaler_demand_waiting` | gauge | `scaledobject` | the ScaledObject's waiting tasks, summed over its clients; a series only while it has demand (so at most `--max-demand-scaled-objects` of them) |
+//! | `wool_scaler_demand_clients` | gauge | | clients with live demand (a figure above 0), over every ScaledObject |
+//! | `wool_scaler_demand_expired_total` | counter | | figures that ended at their TTL, not renewed or withdrawn |
 //!
 //! `scaledobject` is the ScaledObject's `namespace/name`, `fleet` where its workers come from
 //! (`namespace batch`, `DNS workers.default.svc port 50051`, `3 listed targets`); a value longer
@@ -98,6 +102,16 @@ struct SweepLabels {
     outcome: &'static str,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReportLabels {
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DemandLabels {
+    scaledobject: String,
+}
+
 /// The scaler's metrics and their registry.
 #[derive(Debug)]
 pub(crate) struct ScalerMetrics {
@@ -110,6 +124,10 @@ pub(crate) struct ScalerMetrics {
     patches: Family<PatchLabels, Counter>,
     sweep_seconds: Histogram,
     series_refused: Counter,
+    demand_reports: Family<ReportLabels, Counter>,
+    demand_waiting: Family<DemandLabels, Gauge>,
+    demand_clients: Gauge,
+    demand_expired: Counter,
     /// When each (ScaledObject, fleet) was last recorded, and when stale ones were last removed.
     seen: Mutex<(HashMap<ObjectLabels, Instant>, Instant)>,
 }
@@ -136,6 +154,10 @@ impl ScalerMetrics {
             // 1 ms to about 16 s.
             sweep_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
             series_refused: Counter::default(),
+            demand_reports: Family::default(),
+            demand_waiting: Family::default(),
+            demand_clients: Gauge::default(),
+            demand_expired: Counter::default(),
             seen: Mutex::new((HashMap::new(), Instant::now())),
         };
         registry.register(
@@ -178,6 +200,28 @@ impl ScalerMetrics {
             "series_refused",
             "Answers not recorded in series: the most (ScaledObject, fleet) pairs already have them",
             metrics.series_refused.clone(),
+        );
+        registry.register(
+            "demand_reports",
+            "Demand reports, by outcome (accepted, or why refused: unauthenticated, \
+             invalid_name, too_many_waiting, rate_limited, too_many_scaled_objects, \
+             too_many_clients)",
+            metrics.demand_reports.clone(),
+        );
+        registry.register(
+            "demand_waiting",
+            "Tasks waiting for a worker, reported by clients, per ScaledObject with demand",
+            metrics.demand_waiting.clone(),
+        );
+        registry.register(
+            "demand_clients",
+            "Clients with live demand (a figure above 0), over every ScaledObject",
+            metrics.demand_clients.clone(),
+        );
+        registry.register(
+            "demand_expired",
+            "Demand figures that ended at their TTL, neither renewed nor withdrawn",
+            metrics.demand_expired.clone(),
         );
         Self {
             registry,
@@ -273,6 +317,40 @@ impl ScalerMetrics {
         self.sweeps
             .get_or_create(&SweepLabels { outcome: "failed" })
             .inc();
+    }
+
+    /// Counts one demand report by its outcome (`accepted`, or a refusal's).
+    pub(crate) fn demand_report(&self, outcome: &'static str) {
+        self.demand_reports
+            .get_or_create(&ReportLabels { outcome })
+            .inc();
+    }
+
+    /// Sets `scaledobject`'s waiting tasks (its label cut by [`bounded_label`]).
+    pub(crate) fn demand_waiting(&self, scaledobject: &str, waiting: u64) {
+        self.demand_waiting
+            .get_or_create(&DemandLabels {
+                scaledobject: bounded_label(scaledobject),
+            })
+            .set(i64::try_from(waiting).unwrap_or(i64::MAX));
+    }
+
+    /// Removes `scaledobject`'s waiting series: it has no demand left.
+    pub(crate) fn demand_gone(&self, scaledobject: &str) {
+        self.demand_waiting.remove(&DemandLabels {
+            scaledobject: bounded_label(scaledobject),
+        });
+    }
+
+    /// Sets the number of clients with live demand.
+    pub(crate) fn demand_clients(&self, clients: usize) {
+        self.demand_clients
+            .set(i64::try_from(clients).unwrap_or(i64::MAX));
+    }
+
+    /// Counts one figure ended at its TTL.
+    pub(crate) fn demand_expired(&self) {
+        self.demand_expired.inc();
     }
 
     /// The text exposition now.

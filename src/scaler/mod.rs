@@ -9,10 +9,16 @@
 //!
 //! - the metric `wool-busy-workers`: workers with work in flight or idle for less than
 //!   `idleThreshold`, plus the unreachable and idle-unavailable ones where the metadata counts
-//!   them as busy (the default, so that nothing it cannot see is scaled away); the metric
+//!   them as busy (the default, so that nothing it cannot see is scaled away), plus the tasks
+//!   Wool clients report waiting for a worker (busy + waiting: see [`demand`]); the metric
 //!   spec's target is `targetValue` busy workers per replica;
 //! - `IsActive`: true while that count is above zero; `StreamIsActive` sends it, then each
-//!   change as soon as a sweep sees one.
+//!   change as soon as a sweep sees one, or at once when demand appears or expires.
+//!
+//! Beside KEDA's service, on the same address and under the same TLS, the scaler serves
+//! libwool's own `libwool.scaler.v1.Demand` (`proto/libwool/demand.proto`; [`demand`]): Wool
+//! clients report how many tasks wait for a worker, per ScaledObject, so that a fleet at zero
+//! workers is started by the work waiting for it. Under TLS it needs mutual TLS.
 //!
 //! Every answer comes from a sweep no older than `maxSweepAge`; one sweep runs at a time per
 //! fleet and the calls arriving meanwhile share it. ScaledObjects whose metadata name the same
@@ -59,6 +65,7 @@
 //! # }
 //! ```
 
+pub mod demand;
 pub(crate) mod metadata;
 mod metrics;
 mod service;
@@ -70,6 +77,7 @@ use std::sync::Arc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub use demand::DemandOptions;
 pub use service::METRIC_NAME;
 pub use target_group::POLLS_PER_SECOND_PER_FLEET;
 pub use target_group::{
@@ -87,6 +95,7 @@ use crate::server::{
     bounded_server, default_max_connections, CredentialReload, ServerCredentialFiles, ServerError,
     DEFAULT_KEEPALIVE,
 };
+use demand::wire::demand_server::DemandServer;
 
 /// Streams (HTTP/2 streams: gRPC streams and unary calls alike) one connection to the scaler
 /// may have open at once: 2,048. KEDA's operator is one peer for every tenant, holding one
@@ -119,6 +128,7 @@ impl Scaler {
             credentials: None,
             tls_files_dir: None,
             pod_bounds: PodBounds::default(),
+            demand: DemandOptions::default(),
         }
     }
 }
@@ -132,6 +142,7 @@ pub struct ScalerBuilder {
     credentials: Option<ServerCredentialFiles>,
     tls_files_dir: Option<std::path::PathBuf>,
     pod_bounds: PodBounds,
+    demand: DemandOptions,
 }
 
 impl ScalerBuilder {
@@ -180,6 +191,15 @@ impl ScalerBuilder {
         self
     }
 
+    /// How the scaler takes demand from Wool clients (`libwool.scaler.v1.Demand`; see
+    /// [`demand`]): its TTL and bounds, or off. Default [`DemandOptions::default`]: on. Values
+    /// out of range are taken as the nearest in range ([`DemandOptions::clamped`]); check them
+    /// first with [`DemandOptions::check`] to refuse them instead, as `wool-scaler` does.
+    pub fn demand(mut self, options: DemandOptions) -> Self {
+        self.demand = options;
+        self
+    }
+
     /// Binds and starts serving on the current tokio runtime.
     ///
     /// Errors: [`ScalerError::Bind`] when an address cannot be bound, [`ScalerError::Tls`]
@@ -188,23 +208,49 @@ impl ScalerBuilder {
     pub async fn serve(self) -> Result<ScalerHandle, ScalerError> {
         let shutdown = CancellationToken::new();
         let metrics = Arc::new(metrics::ScalerMetrics::new());
+        let demand_table = Arc::new(demand::DemandTable::new(
+            self.demand.clamped(),
+            Arc::clone(&metrics),
+        ));
         let service = ExternalScalerServer::new(service::ScalerService {
             fleets: Arc::new(target_group::TargetGroups::new(
                 self.tls_files_dir.as_deref(),
                 self.pod_bounds,
             )),
+            demand: Arc::clone(&demand_table),
             metrics: Arc::clone(&metrics),
             shutdown: shutdown.clone(),
+        });
+        let authentication = match &self.credentials {
+            None => demand::Authentication::Plaintext,
+            Some(files) if files.client_ca.is_some() => demand::Authentication::MutualTls,
+            Some(_) => demand::Authentication::OneWayTls,
+        };
+        let demand_service = self.demand.enabled.then(|| {
+            DemandServer::new(demand::DemandService {
+                table: Arc::clone(&demand_table),
+                metrics: Arc::clone(&metrics),
+                authentication,
+            })
+            .max_decoding_message_size(demand::MAX_REPORT_BYTES)
         });
         let (reporter, health) = tonic_health::server::health_reporter();
         reporter
             .set_serving::<ExternalScalerServer<service::ScalerService>>()
             .await;
-        let reflection = tonic_reflection::server::Builder::configure()
+        let mut reflection = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(
                 crate::protocol::externalscaler::FILE_DESCRIPTOR_SET,
             )
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
+        if demand_service.is_some() {
+            reporter
+                .set_serving::<DemandServer<demand::DemandService>>()
+                .await;
+            reflection =
+                reflection.register_encoded_file_descriptor_set(demand::wire::FILE_DESCRIPTOR_SET);
+        }
+        let reflection = reflection
             .build_v1()
             .map_err(|e| ScalerError::Reflection(e.to_string()))?;
         let tls = match self.credentials {
@@ -245,9 +291,14 @@ impl ScalerBuilder {
             DEFAULT_KEEPALIVE,
         )
         .add_service(service)
+        .add_optional_service(demand_service)
         .add_service(health)
         .add_service(reflection);
+        if self.demand.enabled {
+            demand_table.expire_until(shutdown.clone());
+        }
         let stopped = shutdown.clone();
+        let demand_served = self.demand.enabled;
         let stop = async move {
             stopped.cancelled().await;
             reporter
@@ -256,6 +307,11 @@ impl ScalerBuilder {
             reporter
                 .set_not_serving::<ExternalScalerServer<service::ScalerService>>()
                 .await;
+            if demand_served {
+                reporter
+                    .set_not_serving::<DemandServer<demand::DemandService>>()
+                    .await;
+            }
         };
         let limits = ConnectionLimits {
             max_connections: default_max_connections(),

@@ -8,6 +8,7 @@ use futures_util::Stream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
+use super::demand::{DemandTable, ObjectKey};
 use super::metadata::TriggerSpec;
 use super::metrics::{Answer, ScalerMetrics};
 use super::target_group::{Count, Freshness, HoldFor, TargetGroup, TargetGroups};
@@ -28,10 +29,11 @@ const MIN_STREAM_PERIOD: Duration = Duration::from_millis(250);
 /// 253 bytes.
 pub(crate) const MAX_REF_BYTES: usize = 253;
 
-/// The service: fleets by metadata, the scaler's metrics, and the stop its streams end on (each
-/// with its status; the server's graceful stop waits for them).
+/// The service: fleets by metadata, the demand clients reported, the scaler's metrics, and the
+/// stop its streams end on (each with its status; the server's graceful stop waits for them).
 pub(crate) struct ScalerService {
     pub(crate) fleets: Arc<TargetGroups>,
+    pub(crate) demand: Arc<DemandTable>,
     pub(crate) metrics: Arc<ScalerMetrics>,
     pub(crate) shutdown: CancellationToken,
 }
@@ -39,6 +41,14 @@ pub(crate) struct ScalerService {
 /// `namespace/name` of the ScaledObject a call is for, as the metrics label it.
 fn scaled_object(reference: &ScaledObjectRef) -> String {
     format!("{}/{}", reference.namespace, reference.name)
+}
+
+/// The ScaledObject a call is for, as the demand table keys it.
+fn demand_key(reference: &ScaledObjectRef) -> ObjectKey {
+    ObjectKey {
+        namespace: reference.namespace.clone(),
+        name: reference.name.clone(),
+    }
 }
 
 /// A call's failure as the status KEDA gets: bad metadata is `INVALID_ARGUMENT`, one of the
@@ -109,7 +119,9 @@ impl ScalerService {
             if freshness == Freshness::Swept {
                 self.metrics.swept(census.took);
             }
-            let count = census.count(&spec);
+            let count = census
+                .count(&spec)
+                .with_waiting(self.demand.waiting(&demand_key(reference)));
             self.metrics
                 .record(&scaled_object(reference), fleet.source(), &count);
             drop(hold);
@@ -146,19 +158,32 @@ impl ExternalScaler for ScalerService {
         &self,
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<IsActiveResponse>, Status> {
-        let count = self.count(request.get_ref(), "IsActive").await?;
-        Ok(Response::new(IsActiveResponse {
-            result: count.active(),
-        }))
+        let reference = request.get_ref();
+        let result = match self.count(reference, "IsActive").await {
+            Ok(count) => count.active(),
+            // Demand is what should start workers on a fleet that lists none (a headless
+            // Service without pods may not resolve): active, whatever the listing says.
+            Err(status)
+                if status.code() == tonic::Code::Unavailable
+                    && self.demand.waiting(&demand_key(reference)) > 0 =>
+            {
+                true
+            }
+            Err(status) => return Err(status),
+        };
+        Ok(Response::new(IsActiveResponse { result }))
     }
 
     type StreamIsActiveStream = IsActiveStream;
 
-    /// Sends whether the fleet is active now, then again each time that changes: every
+    /// Sends whether the ScaledObject is active now, then again each time that changes: every
     /// `maxSweepAge` (at least [`MIN_STREAM_PERIOD`] apart) the stream asks for a census that
     /// old at most (streams of one fleet thus share their sweeps), and it also reads every
-    /// census other calls' sweeps publish, without sweeping for it. Ends when the caller goes or
-    /// the scaler stops, a sweep in progress included.
+    /// census other calls' sweeps publish, without sweeping for it; a change of the
+    /// ScaledObject's demand (tasks waiting, reported or expired) is answered at once, a sweep
+    /// in progress or not. Ends when the caller goes or the scaler stops, a sweep in progress
+    /// included; ends with the listing's status when the fleet cannot be listed before any
+    /// census was counted and no task waits.
     async fn stream_is_active(
         &self,
         request: Request<ScaledObjectRef>,
@@ -172,23 +197,35 @@ impl ExternalScaler for ScalerService {
         let label = scaled_object(&reference);
         let metrics = Arc::clone(&self.metrics);
         let shutdown = self.shutdown.clone();
+        let mut demand = self.demand.watch(demand_key(&reference));
         let (sender, receiver) = tokio::sync::mpsc::channel(1);
         let period = spec.max_sweep_age.max(MIN_STREAM_PERIOD);
         tokio::spawn(async move {
             let _hold = hold;
             let mut sweeps = fleet.subscribe();
-            let mut sent: Option<bool> = None;
+            let mut said = StreamState::default();
             // Each turn: a census (swept when due, else the one another call published), then
-            // an answer if the activity changed, then a wait for the period or a new census.
+            // an answer if the activity changed, then a wait for the period or a new census;
+            // demand changes are answered whenever they come.
             let mut published = false;
             loop {
                 let census = if published {
                     fleet.latest().map(|census| Ok((census, Freshness::Cached)))
                 } else {
-                    tokio::select! {
-                        () = shutdown.cancelled() => return,
-                        () = sender.closed() => return,
-                        census = fleet.census(&spec, period) => Some(census),
+                    let sweep = fleet.census(&spec, period);
+                    tokio::pin!(sweep);
+                    loop {
+                        tokio::select! {
+                            () = shutdown.cancelled() => return,
+                            () = sender.closed() => return,
+                            census = &mut sweep => break Some(census),
+                            () = demand.changed() => {
+                                let waiting = demand.waiting();
+                                if !said.answer(&sender, &metrics, waiting).await {
+                                    return;
+                                }
+                            }
+                        }
                     }
                 };
                 sweeps.borrow_and_update();
@@ -198,37 +235,46 @@ impl ExternalScaler for ScalerService {
                         if freshness == Freshness::Swept {
                             metrics.swept(census.took);
                         }
-                        let count = census.count(&spec);
-                        metrics.record(&label, fleet.source(), &count);
-                        if sent != Some(count.active()) {
-                            let response = IsActiveResponse {
-                                result: count.active(),
-                            };
-                            if sender.send(Ok(response)).await.is_err() {
-                                return;
-                            }
-                            metrics.call("StreamIsActive", Answer::Swept);
-                            sent = Some(count.active());
-                        }
+                        said.counted = Some(census.count(&spec));
                     }
                     Some(Err(error)) => {
                         metrics.sweep_failed();
                         tracing::warn!(source = %fleet.source(), %error, "the fleet cannot be listed");
-                        if sent.is_none() {
-                            // Nothing said yet: say why, and end (KEDA opens a new stream).
+                        if said.counted.is_none() && demand.waiting() == 0 {
+                            // Nothing known: say why, and end (KEDA opens a new stream).
                             let _ = sender.send(Err(status(error))).await;
                             return;
                         }
                     }
                 }
-                published = tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    () = sender.closed() => return,
-                    () = tokio::time::sleep(period) => false,
-                    changed = sweeps.changed() => match changed {
-                        Ok(()) => true,
-                        Err(_) => return,
-                    },
+                let waiting = demand.waiting();
+                if let Some(count) = said.counted {
+                    metrics.record(&label, fleet.source(), &count.with_waiting(waiting));
+                }
+                if !said.answer(&sender, &metrics, waiting).await {
+                    return;
+                }
+                let pause = tokio::time::sleep(period);
+                tokio::pin!(pause);
+                published = loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = sender.closed() => return,
+                        () = &mut pause => break false,
+                        changed = sweeps.changed() => match changed {
+                            Ok(()) => break true,
+                            Err(_) => return,
+                        },
+                        () = demand.changed() => {
+                            let waiting = demand.waiting();
+                            if let Some(count) = said.counted {
+                                metrics.record(&label, fleet.source(), &count.with_waiting(waiting));
+                            }
+                            if !said.answer(&sender, &metrics, waiting).await {
+                                return;
+                            }
+                        }
+                    }
                 };
             }
         });
@@ -298,6 +344,50 @@ impl ExternalScaler for ScalerService {
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(receiver),
         )))
+    }
+}
+
+/// What a `StreamIsActive` stream has said, and the last census it counted (demand left out).
+#[derive(Debug, Default)]
+struct StreamState {
+    sent: Option<bool>,
+    counted: Option<Count>,
+}
+
+impl StreamState {
+    /// Whether the ScaledObject is active with `waiting` tasks waiting: from the last census
+    /// counted and the demand; before any census, active if a task waits, else not known.
+    fn active(&self, waiting: u64) -> Option<bool> {
+        match self.counted {
+            Some(count) => Some(count.with_waiting(waiting).active()),
+            None => (waiting > 0).then_some(true),
+        }
+    }
+
+    /// Sends whether active now over `sender` if it differs from what was last sent. Returns
+    /// `false` once the caller has gone.
+    async fn answer(
+        &mut self,
+        sender: &tokio::sync::mpsc::Sender<Result<IsActiveResponse, Status>>,
+        metrics: &ScalerMetrics,
+        waiting: u64,
+    ) -> bool {
+        let Some(active) = self.active(waiting) else {
+            return true;
+        };
+        if self.sent == Some(active) {
+            return true;
+        }
+        if sender
+            .send(Ok(IsActiveResponse { result: active }))
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        metrics.call("StreamIsActive", Answer::Swept);
+        self.sent = Some(active);
+        true
     }
 }
 

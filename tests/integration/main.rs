@@ -13,6 +13,7 @@ mod common;
 mod abi;
 mod c_api;
 mod connection;
+mod demand;
 mod doc_compile_lines;
 mod doc_constants;
 mod ffi_housekeeping;

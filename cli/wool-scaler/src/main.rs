@@ -2,11 +2,15 @@
 //!
 //! `wool-scaler [--listen ADDR] [--tls-ca PATH --tls-cert PATH --tls-key PATH [--one-way]]
 //!  [--health-listen ADDR] [--metrics-listen ADDR] [--tls-files-dir DIR]
+//!  [--demand-ttl DURATION] [--max-demand-scaled-objects N]
+//!  [--max-demand-clients-per-scaled-object N] [--max-demand-waiting N]
+//!  [--demand-reports-per-second N] [--no-demand]
 //!  [--log-format text|json] [--log-level LEVEL]`
 //!
 //! Serves KEDA's `externalscaler.ExternalScaler` (and grpc.health.v1, server reflection) on
 //! `--listen`; each ScaledObject's `scalerMetadata` says which workers and how to count them
-//! (see `libwool::scaler`). Prints its address as the first stdout line (flushed at once).
+//! (see `libwool::scaler`). Beside it, libwool's `libwool.scaler.v1.Demand`: Wool clients
+//! report tasks waiting for a worker (see `libwool::scaler::demand`). Prints its address as the first stdout line (flushed at once).
 //! SIGTERM or SIGINT stops it cleanly: health turns NOT_SERVING, open streams end, calls in
 //! progress finish (for at most 10 s; a second signal exits at once), and it exits 0. With TLS, the files are read again on SIGHUP and whenever
 //! they change.
@@ -17,9 +21,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use libwool::scaler::{PodBounds, Scaler};
+use libwool::scaler::demand::{
+    DEFAULT_DEMAND_REPORTS_PER_SECOND, DEFAULT_MAX_DEMAND_CLIENTS,
+    DEFAULT_MAX_DEMAND_SCALED_OBJECTS, DEFAULT_MAX_WAITING, MAX_DEMAND_TTL, MIN_DEMAND_TTL,
+};
+use libwool::scaler::{DemandOptions, PodBounds, Scaler};
 
-/// A KEDA external scaler: its metric is the number of busy Wool workers; it is active while any worker is busy
+/// A KEDA external scaler: its metric is the number of busy Wool workers plus the tasks Wool clients report waiting; it is active while any worker is busy or any task waits
 #[derive(Debug, Parser)]
 #[command(name = "wool-scaler", version)]
 struct Args {
@@ -35,7 +43,8 @@ struct Args {
     #[command(flatten)]
     tls: cli::TlsArgs,
     /// Serve Prometheus metrics (workers by state per ScaledObject, the metric and activity
-    /// given, calls, sweeps and their durations) over plaintext HTTP on this `host:port`.
+    /// given, calls, sweeps and their durations, demand reports and waiting tasks) over
+    /// plaintext HTTP on this `host:port`.
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<String>,
     /// The directory the TLS files a ScaledObject's metadata names (`workerTlsCa`,
@@ -54,8 +63,46 @@ struct Args {
           default_value_t = libwool::scaler::DEFAULT_MAX_POD_GROUPS_PER_NAMESPACE,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     max_pod_fleets_per_namespace: usize,
+    /// How long a client's demand figure (tasks waiting for a worker) counts after the report
+    /// that set it (`30s`, `1m`; 1 s to 1 h). Clients are told to report again every third of
+    /// it.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = demand_ttl)]
+    demand_ttl: Duration,
+    /// The most ScaledObjects with demand at once: a report for one more is
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_DEMAND_SCALED_OBJECTS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_demand_scaled_objects: usize,
+    /// The most clients with demand for one ScaledObject: a report from one more is
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_DEMAND_CLIENTS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_demand_clients_per_scaled_object: usize,
+    /// The largest number of waiting tasks one report may carry: a larger one is refused
+    /// (INVALID_ARGUMENT), not clamped.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_WAITING,
+          value_parser = clap::builder::RangedU64ValueParser::<u32>::new().range(1..))]
+    max_demand_waiting: u32,
+    /// The most demand reports a second from one client for one ScaledObject (also the burst
+    /// taken at once): more are RESOURCE_EXHAUSTED.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_DEMAND_REPORTS_PER_SECOND,
+          value_parser = clap::builder::RangedU64ValueParser::<u32>::new().range(1..=1000))]
+    demand_reports_per_second: u32,
+    /// Serve no demand input (`libwool.scaler.v1.Demand` answers UNIMPLEMENTED): only busy
+    /// workers count.
+    #[arg(long)]
+    no_demand: bool,
     #[command(flatten)]
     logs: cli::LogArgs,
+}
+
+/// `--demand-ttl`: a duration as the fleet tools read one, from 1 s to 1 h.
+fn demand_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = libwool::fleet::parse_duration(text)?;
+    if !(MIN_DEMAND_TTL..=MAX_DEMAND_TTL).contains(&ttl) {
+        return Err(format!("{text:?}: the demand TTL must be 1s to 1h"));
+    }
+    Ok(ttl)
 }
 
 /// How long a stop waits for calls in progress before the process exits anyway.
@@ -83,6 +130,14 @@ async fn run(args: Args) -> Result<(), String> {
         .pod_bounds(PodBounds {
             max_pods_per_group: args.max_pods_per_fleet,
             max_pod_groups_per_namespace: args.max_pod_fleets_per_namespace,
+        })
+        .demand(DemandOptions {
+            enabled: !args.no_demand,
+            ttl: args.demand_ttl,
+            max_scaled_objects: args.max_demand_scaled_objects,
+            max_clients_per_scaled_object: args.max_demand_clients_per_scaled_object,
+            max_waiting: args.max_demand_waiting,
+            reports_per_second: args.demand_reports_per_second,
         });
     if let Some(files) = args.tls.files()? {
         builder = builder.credentials_from_files(files);

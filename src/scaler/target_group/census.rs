@@ -29,15 +29,29 @@ pub(crate) struct Count {
     pub(crate) unreachable: usize,
     /// Predates the `idle` RPC.
     pub(crate) idle_unavailable: usize,
+    /// Tasks waiting for a worker, as the ScaledObject's clients reported them (the scaler's
+    /// demand input).
+    pub(crate) waiting: usize,
     /// The metric: `busy`, plus the unreachable and idle-unavailable ones where the metadata
-    /// counts them as busy.
+    /// counts them as busy, plus `waiting`.
     pub(crate) metric: usize,
 }
 
 impl Count {
-    /// `IsActive`: while any worker counts as busy.
+    /// `IsActive`: while any worker counts as busy or any task waits.
     pub(crate) fn active(&self) -> bool {
         self.metric > 0
+    }
+
+    /// This count with `waiting` tasks waiting (in place of any it had): the metric is then
+    /// what the workers count plus `waiting`, so that one waiting task at zero workers is one
+    /// replica's worth.
+    pub(crate) fn with_waiting(mut self, waiting: u64) -> Self {
+        let waiting = usize::try_from(waiting).unwrap_or(usize::MAX);
+        self.metric -= self.waiting;
+        self.waiting = waiting;
+        self.metric = self.metric.saturating_add(waiting);
+        self
     }
 }
 
@@ -100,10 +114,14 @@ mod tests {
                 idle: 1,
                 unreachable: 3,
                 idle_unavailable: 1,
+                waiting: 0,
                 metric: 6,
             }
         );
         assert!(by_default.active());
+        let demanded = by_default.with_waiting(4);
+        assert_eq!((demanded.waiting, demanded.metric), (4, 10));
+        assert_eq!(demanded.with_waiting(1).metric, 7);
         let lenient = census.count(&spec(&[
             ("targets", "h:1"),
             ("idleThreshold", "60"),
@@ -122,6 +140,11 @@ mod tests {
             polls: Vec::new(),
             ..census
         };
-        assert!(!none.count(&spec(&[("targets", "h:1")])).active());
+        let nobody = none.count(&spec(&[("targets", "h:1")]));
+        assert!(!nobody.active());
+        // One waiting task at zero workers: active, a metric of 1.
+        let demanded = nobody.with_waiting(1);
+        assert!(demanded.active());
+        assert_eq!(demanded.metric, 1);
     }
 }
