@@ -97,6 +97,7 @@ SUITES=(
     "clippy|quick|target|clippy (warnings denied)|cargo clippy --workspace --all-targets -- -D warnings"
     "go|quick|$HOME/.cache/go-build|Go binding (go test -race) against the workspace's libwool|./scripts/go-test.sh"
     "python|quick|target|Python binding (pytest), a wheel installed into a fresh venv|./scripts/python-test.sh -q"
+    "kubernetes-python|quick|-|libwool-kubernetes (Wool's discovery of pods, the draining entrypoint, demand) installed into a fresh venv|./scripts/kubernetes-python-test.sh -q"
     "images|full|$BUILDS_DIR/static|images: built FROM scratch (buildah), each root filesystem run as UID 65532|images"
     "kubernetes|full|$TOOLS_DIR/engine|Kubernetes: the chart on kube-apiserver v1.36.3 with KEDA v2.21.0 (tests/kubernetes)|kubernetes"
     "soak|full|-|soak: C API vs a worker SIGKILLed every 10 s (2 min)|./scripts/soak.sh 2"
@@ -118,7 +119,7 @@ rank() { case "$1" in quick) echo 0 ;; full) echo 1 ;; long) echo 2 ;; esac; }
 
 if [[ "${1:-}" == list ]]; then
     for s in "${SUITES[@]}"; do
-        printf '%-11s %-6s %s\n' "$(field "$s" 0)" "$(field "$s" 1)" "$(field "$s" 3)"
+        printf '%-17s %-6s %s\n' "$(field "$s" 0)" "$(field "$s" 1)" "$(field "$s" 3)"
     done
     exit 0
 fi
@@ -173,7 +174,7 @@ record() { # exit-status suite tier seconds: counts the suite and adds its row t
     local result=passed key
     key="$(field "$2" 0)"
     if (($1 == 0)); then passed=$((passed + 1)); else result=FAILED failed=$((failed + 1)) failures+=("$key"); fi
-    rows+=("$(printf '%-11s %-6s %6d s  %-6s  %s' "$key" "$3" "$4" "$result" "${warm[$2]}")")
+    rows+=("$(printf '%-17s %-6s %6d s  %-6s  %s' "$key" "$3" "$4" "$result" "${warm[$2]}")")
 }
 run_started=$SECONDS
 for s in "${selected[@]}"; do
@@ -207,9 +208,9 @@ done
 
 echo
 echo "=== time table ($(nproc) cores; cache: whether the suite's cache was there when the run began; tier&: ran beside the suites after it, its seconds from its start to when the run saw it end)"
-printf '%-11s %-6s %8s  %-6s  %s\n' suite tier seconds result cache
+printf '%-17s %-6s %8s  %-6s  %s\n' suite tier seconds result cache
 printf '%s\n' "${rows[@]}"
-printf '%-11s %-6s %6d s\n' total "" $((SECONDS - run_started))
+printf '%-17s %-6s %6d s\n' total "" $((SECONDS - run_started))
 for f in target/background/*.status; do
     [[ -e "$f" ]] || continue
     b="$(basename "$f" .status)"
