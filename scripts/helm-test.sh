@@ -5,9 +5,12 @@
 #     what each rendering holds: the scaler's Deployment, Service and token-less ServiceAccount,
 #     no RBAC objects, probes, resources and the restrictive security context on every
 #     container, the TLS Secrets mounted and flagged, the NetworkPolicies, the ScaledObject's
-#     fleet, thresholds and timings, images named by digest when one is given;
-#   - the bad values of tests/helm/bad/*.yaml: `helm template` fails on each, and its message
-#     names the field (each file's `# expect:` line);
+#     fleet, thresholds and timings, images named by digest when one is given; for
+#     workers.kind wool the entrypoint's command, flags, grace, HTTP probes and the annotations
+#     KubernetesDiscovery reads; the clients' Role, the demand flags and the scaler's policy
+#     admitting the Wool clients; scaledObject.extraTriggers appended;
+#   - the bad values of tests/helm/bad/*.yaml: `helm template`
+#     fails on each, and its message names the field (each file's `# expect:` line);
 #   - docs/kubernetes.md: every YAML block it quotes is lines of a chart file, unchanged, in order.
 # The rendered manifests are applied to a real API server with KEDA's CRDs by
 # scripts/e2e-kubernetes.sh. A few seconds once Helm is built.
@@ -68,33 +71,51 @@ def want(cond, what):
 by = {}
 for d in docs: by.setdefault(d["kind"], []).append(d)
 rbac = bool(get("rbac.pods"))
+client_rbac = bool(get("client.rbac.create"))
 want(not any(k in by for k in ("ClusterRole", "ClusterRoleBinding")), "no cluster-wide RBAC objects")
-want(len(by.get("Role", [])) == len(by.get("RoleBinding", [])) == (1 if rbac else 0), "a Role and RoleBinding iff rbac.pods")
+roles = {d["metadata"]["name"]: d for d in by.get("Role", [])}
+bindings = {d["metadata"]["name"]: d for d in by.get("RoleBinding", [])}
+want(sorted(roles) == sorted(bindings) == sorted((["wool-scaler"] if rbac else []) + (["wool-client"] if client_rbac else [])),
+     f"a Role and RoleBinding for the scaler iff rbac.pods, for the clients iff client.rbac.create: {sorted(roles)}")
 if rbac:
-    verbs = by["Role"][0]["rules"][0]["verbs"]
-    want(by["Role"][0]["rules"][0]["resources"] == ["pods"], "the Role is on pods only")
+    verbs = roles["wool-scaler"]["rules"][0]["verbs"]
+    want(roles["wool-scaler"]["rules"][0]["resources"] == ["pods"], "the Role is on pods only")
     want(verbs == ["get", "list", "watch"] + (["patch"] if get("rbac.deletionCost") else []), f"the Role's verbs {verbs}")
+if client_rbac:
+    rule = roles["wool-client"]["rules"]
+    want(rule == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}], f"the clients' Role: get/list/watch on pods ({rule})")
+    subjects = [(s["name"], s["namespace"]) for s in bindings["wool-client"]["subjects"]]
+    accounts = [get("client.serviceAccountName")] + ([get("workers.serviceAccountName")] if get("workers.enabled") and get("workers.serviceAccountName") else [])
+    want(subjects == [(a, "wool") for a in accounts], f"the clients' RoleBinding subjects {subjects}")
 want([d["metadata"]["name"] for d in by.get("ServiceAccount", [])] == ["wool-scaler"], "the scaler's ServiceAccount")
 want(all(d.get("automountServiceAccountToken") is rbac for d in by.get("ServiceAccount", [])), "an API token iff rbac.pods")
 deps = {d["metadata"]["name"]: d for d in by.get("Deployment", [])}
 workers = bool(get("workers.enabled"))
+wool = workers and get("workers.kind") == "wool"
 want(sorted(deps) == sorted(["wool-scaler"] + (["wool-workers"] if workers else [])), f"Deployments {sorted(deps)}")
 want(any(d["metadata"]["name"] == "wool-scaler" and d["spec"]["ports"][0]["port"] == 9090 for d in by.get("Service", [])), "the scaler's Service on 9090")
 for name, d in deps.items():
     pod = d["spec"]["template"]["spec"]
     want(pod["securityContext"].get("runAsNonRoot") is True and pod["securityContext"].get("runAsUser") == 65532, f"{name}: non-root, UID 65532")
-    want(pod.get("automountServiceAccountToken") is (rbac and name == "wool-scaler"), f"{name}: an API token only for the scaler with rbac.pods")
+    token = rbac if name == "wool-scaler" else bool(get("workers.serviceAccountName"))
+    want(pod.get("automountServiceAccountToken") is token, f"{name}: an API token only for the scaler with rbac.pods, the workers with serviceAccountName")
     for c in pod["containers"]:
         sc = c["securityContext"]
         want(sc.get("readOnlyRootFilesystem") is True, f"{name}: read-only root")
         want(sc.get("allowPrivilegeEscalation") is False, f"{name}: no privilege escalation")
         want(sc.get("capabilities", {}).get("drop") == ["ALL"], f"{name}: every capability dropped")
-        want("grpc" in c.get("readinessProbe", {}) and "tcpSocket" in c.get("livenessProbe", {}), f"{name}: probes")
+        if name == "wool-workers" and wool:
+            want(c.get("readinessProbe", {}).get("httpGet") == {"path": "/readyz", "port": "health"}
+                 and c.get("livenessProbe", {}).get("httpGet") == {"path": "/livez", "port": "health"}, f"{name}: HTTP probes /readyz, /livez")
+        else:
+            want("grpc" in c.get("readinessProbe", {}) and "tcpSocket" in c.get("livenessProbe", {}), f"{name}: probes")
         want(c.get("resources", {}).get("requests"), f"{name}: resources")
         image = c["image"]
         digest = get("workers.image.digest" if name == "wool-workers" else "image.digest")
         if digest:
             want(image.endswith("@" + digest), f"{name}: the image named by digest ({image})")
+        elif name == "wool-workers" and wool:
+            want(image == f"{get('workers.image.repository')}:{get('workers.image.tag')}", f"{name}: the application's image ({image})")
         else:
             want(image.endswith(":" + app_version), f"{name}: the image tagged with the appVersion ({image})")
         args = c["args"]
@@ -106,14 +127,57 @@ for name, d in deps.items():
             secrets = sorted(v["secret"]["secretName"] for v in pod.get("volumes", []))
             want(secrets == sorted(filter(None, [get("scaler.tls.secretName") if tls else None, get("scaler.workerTls.secretName")])), f"{name}: Secrets mounted {secrets}")
             want(d["spec"]["replicas"] == get("scaler.replicas", 1), f"{name}: replicas")
+            demand = [a for a in args if "demand" in a]
+            if get("scaler.demand.enabled", True):
+                dv = {"ttl": "30s", "maxScaledObjects": 1024, "maxClientsPerScaledObject": 256, "maxWaiting": 100000, "reportsPerSecond": 10}
+                dv.update(get("scaler.demand", {}))
+                want(demand == [f"--demand-ttl={dv['ttl']}", f"--max-demand-scaled-objects={dv['maxScaledObjects']}",
+                                f"--max-demand-clients-per-scaled-object={dv['maxClientsPerScaledObject']}",
+                                f"--max-demand-waiting={dv['maxWaiting']}", f"--demand-reports-per-second={dv['reportsPerSecond']}"],
+                     f"{name}: the demand flags of scaler.demand ({demand})")
+            else:
+                want(demand == ["--no-demand"], f"{name}: --no-demand iff scaler.demand.enabled is false ({demand})")
         else:
             want(("--tls-key=/tls/tls.key" in args) == bool(get("workers.tls.enabled")), f"{name}: TLS flags iff workers.tls.enabled")
             want(("replicas" in d["spec"]) == (get("workers.replicas") is not None), f"{name}: replicas only when given")
+            ann = d["spec"]["template"]["metadata"].get("annotations", {})
+            tgps = get("workers.terminationGracePeriodSeconds", 120)
+            want(pod["terminationGracePeriodSeconds"] == tgps, f"{name}: terminationGracePeriodSeconds")
+            if wool:
+                grace = get("workers.grace")
+                grace = tgps - 10 if grace is None else grace
+                want(c.get("command") == ["wool-pod-worker"], f"{name}: the entrypoint wool-pod-worker ({c.get('command')})")
+                imports = [f"--import={m}" for m in get("workers.wool.imports")]
+                want(args[:len(imports)] == imports and f"--port={get('workers.port', 50051)}" in args
+                     and f"--health-port={get('workers.healthPort', 8081)}" in args and f"--grace={grace}" in args,
+                     f"{name}: --import each module, --port, --health-port, --grace ({args})")
+                want({"name": "WOOL_GRACE_SECONDS", "value": str(grace)} in c.get("env", []), f"{name}: WOOL_GRACE_SECONDS")
+                want(all(e in c.get("env", []) for e in get("workers.env", [])), f"{name}: workers.env")
+                want(grace < tgps, f"{name}: a grace ({grace}) under terminationGracePeriodSeconds ({tgps})")
+                want(ann.get("wool.libwool.dev/version") == get("workers.wool.version")
+                     and ann.get("wool.libwool.dev/port") == str(get("workers.port", 50051))
+                     and ann.get("wool.libwool.dev/secure") == ("true" if get("workers.tls.enabled") else "false"),
+                     f"{name}: the annotations KubernetesDiscovery reads ({ann})")
+                want(ann.get("wool.libwool.dev/identity") == (get("workers.wool.identity") or None), f"{name}: the identity annotation iff workers.wool.identity")
+                want(ann.get("wool.libwool.dev/tags") == (",".join(get("workers.wool.tags", [])) or None), f"{name}: the tags annotation iff workers.wool.tags")
+                want(not any(k.startswith("prometheus.io/") for k in ann) and "metrics" not in [p["name"] for p in c["ports"]],
+                     f"{name}: no metrics port, no Prometheus annotations")
+            else:
+                want("command" not in c and ann.get("prometheus.io/port") == "9100", f"{name}: the image's entrypoint, scraped on 9100")
+                want(not any(k.startswith("wool.libwool.dev/") for k in ann), f"{name}: no discovery annotations for kind reference")
 nps = {d["metadata"]["name"]: d for d in by.get("NetworkPolicy", [])}
 if get("networkPolicy.enabled", True):
     want(sorted(nps) == sorted(["wool-scaler"] + (["wool-workers"] if workers else [])), f"NetworkPolicies {sorted(nps)}")
-    rule = nps["wool-scaler"]["spec"]["ingress"][0]
-    want(rule["from"][0]["podSelector"]["matchLabels"] == {"app": "keda-operator"} and rule["ports"] == [{"port": 9090}], "only KEDA's operator reaches 9090")
+    ingress = nps["wool-scaler"]["spec"]["ingress"]
+    rule = ingress[0]
+    want(rule["from"][0]["podSelector"]["matchLabels"] == {"app": "keda-operator"} and rule["ports"] == [{"port": 9090}], "KEDA's operator reaches 9090")
+    grpc = [r["from"] for r in ingress if r["ports"] == [{"port": 9090}]]
+    clients = [{"podSelector": {"matchLabels": get("networkPolicy.workerClientLabels", {"wool-client": "true"})}}]
+    want(grpc == [rule["from"]] + ([clients] if get("scaler.demand.enabled", True) else []),
+         "9090: KEDA's operator, and the Wool clients (workerClientLabels) iff scaler.demand.enabled")
+    if workers:
+        wrule = nps["wool-workers"]["spec"]["ingress"]
+        want(any(r["ports"] == [{"port": 9100}] for r in wrule) != wool, "the workers' metrics port admitted iff kind reference")
 else:
     want(not nps, "no NetworkPolicy when disabled")
 sos = by.get("ScaledObject", [])
@@ -148,6 +212,7 @@ if get("scaledObject.enabled"):
         params = sorted(r["parameter"] for r in tas[0]["spec"]["secretTargetRef"])
         want(params == sorted(["caCert"] + (["tlsClientCert", "tlsClientKey"] if get("scaler.tls.kedaClientSecretName") else [])), f"TriggerAuthentication parameters {params}")
     want(("workerTlsCa" in m) == bool(get("scaler.workerTls.secretName")), "workerTls* iff scaler.workerTls")
+    want(so["triggers"][1:] == get("scaledObject.extraTriggers", []), "scaledObject.extraTriggers appended to the scaler's trigger")
 else:
     want(not sos and "TriggerAuthentication" not in by, "no ScaledObject when disabled")
 for b in bad: print(f"    FAILED: {sys.argv[2]}: {b}")

@@ -114,7 +114,7 @@ pub async fn manifests(engine: &'static Engine) -> Verdict {
         .unwrap_or_default();
     checks.check(
         selected == "keda-operator",
-        format!("the scaler's policy lets only KEDA's operator reach 9090, as rendered (podSelector app={selected})"),
+        format!("the scaler's policy lets KEDA's operator reach 9090 (its first rule; the Wool clients, for demand, are the second), as rendered (podSelector app={selected})"),
     );
     checks.verdict()
 }

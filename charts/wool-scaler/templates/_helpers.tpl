@@ -51,8 +51,44 @@ privileged: false
 capabilities: {drop: [ALL]}
 {{- end -}}
 
+{{/* kind wool: the seconds in-flight tasks run after SIGTERM (workers.grace, default
+terminationGracePeriodSeconds - 10: the stop's last 10 s close Wool's task loop and its calls). */}}
+{{- define "wool.workersGrace" -}}
+{{- $w := .Values.workers -}}
+{{- if kindIs "invalid" $w.grace -}}{{ max 0 (sub (int $w.terminationGracePeriodSeconds) 10) }}
+{{- else -}}{{ int $w.grace }}{{- end -}}
+{{- end -}}
+
+{{- define "wool.clientRoleName" -}}
+{{- printf "%s-client" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{/* Checks across values that values.schema.json cannot state with a clear message. */}}
 {{- define "wool.validate" -}}
+{{- $w := .Values.workers -}}
+{{- if and $w.enabled (eq $w.kind "wool") -}}
+{{- if not $w.wool.imports -}}
+{{- fail "workers.wool.imports: kind wool needs the application's modules (at least one --import)" -}}
+{{- end -}}
+{{- if not $w.wool.version -}}
+{{- fail "workers.wool.version: kind wool needs the image's Wool version (annotation wool.libwool.dev/version)" -}}
+{{- end -}}
+{{- if eq $w.image.repository "ghcr.io/libwool/wool-worker" -}}
+{{- fail "workers.image.repository: kind wool runs the application's image (with libwool-kubernetes installed), not wool-worker" -}}
+{{- end -}}
+{{- if and (not $w.image.tag) (not $w.image.digest) -}}
+{{- fail "workers.image.tag: kind wool needs the application image's tag or digest" -}}
+{{- end -}}
+{{- if ge (int (include "wool.workersGrace" .)) (int $w.terminationGracePeriodSeconds) -}}
+{{- fail (printf "workers.grace: %s s is not less than workers.terminationGracePeriodSeconds (%v): the kubelet would kill the worker before its grace ends (leave 10 s)" (include "wool.workersGrace" .) $w.terminationGracePeriodSeconds) -}}
+{{- end -}}
+{{- if and $w.wool.identity (not $w.tls.enabled) -}}
+{{- fail "workers.wool.identity: an identity is carried by the certificate: set workers.tls.enabled" -}}
+{{- end -}}
+{{- end -}}
+{{- if and $w.enabled (eq $w.kind "reference") $w.tls.oneWay -}}
+{{- fail "workers.tls.oneWay: kind reference serves mutual TLS only; oneWay is for kind wool" -}}
+{{- end -}}
 {{- $f := .Values.scaledObject.fleet -}}
 {{- if and $f.targets $f.dnsName -}}
 {{- fail "scaledObject.fleet: targets and dnsName are both set; give only the one fleet.source names" -}}
