@@ -67,7 +67,9 @@ background_started() { # name command...
         echo $status >"target/background/$name.status"
     ) &
 }
-await_build() { # helm | engine | nightly
+await_build() { # go-tools | nightly
+    [[ -s "target/background/$1.status" ]] ||
+        echo "test.sh: $(date -u +%T) waiting for the background build $1 (target/background/$1.log)"
     while [[ ! -s "target/background/$1.status" ]]; do sleep 2; done
     if [[ "$(cat "target/background/$1.status")" != 0 ]]; then
         echo "test.sh: building $1 failed (target/background/$1.log):" >&2
