@@ -20,6 +20,7 @@
 # needs no registry. The build is reproducible: timestamps come from SOURCE_DATE_EPOCH (the
 # last commit's time by default), so the same commit gives the same digests.
 #   ./scripts/images.sh          both images; prints each archive's path and digest
+#   (LIBWOOL_DIST=DIR: into DIR instead of dist/)
 # The images are tested by scripts/images-test.sh (each one's root filesystem run as UID 65532).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,7 +33,7 @@ TRIPLE=x86_64-unknown-linux-musl
 trim_builds
 TARGET_DIR="${LIBWOOL_STATIC_TARGET:-$BUILDS_DIR/static}"
 STORE="$ROOT/target/images"
-DIST="$ROOT/dist"
+DIST="${LIBWOOL_DIST:-$ROOT/dist}"    # scripts/release-kubernetes.sh names the release's
 say() { echo "images: $*" >&2; }
 
 command -v buildah >/dev/null ||

@@ -18,8 +18,8 @@
 #      cites Requires-Python, from a PEP 503 index of DIST as PyPI would serve it), the other
 #      arch's wheel (not a supported wheel on this platform), LIBWOOL_PATH naming a missing
 #      file (ImportError naming the path);
-#   6. Go and the dlopen examples (Node, Java): scripts/release-test-go.sh and
-#      scripts/release-test-dlopen.sh;
+#   6. Go, the dlopen examples (Node, Java) and the Kubernetes files: scripts/release-test-go.sh,
+#      scripts/release-test-dlopen.sh, scripts/release-test-kubernetes.sh;
 #   7. the sdist, in another venv, built from source: here cargo is back on PATH.
 #
 #   scripts/release-test.sh [DIST] [WOOL_WORKER]     (defaults: dist/, target/debug/wool-worker)
@@ -285,8 +285,8 @@ except ImportError as e:
 grep -qF "$missing" "$work/missing.log" || fail "the error does not name $missing: $(cat "$work/missing.log")"
 log "ok: LIBWOOL_PATH missing: $(head -2 "$work/missing.log" | tr '\n' ' ')"
 
-# --- 6. Go, Node, Java -----------------------------------------------------------------------
-for t in release-test-go release-test-dlopen; do
+# --- 6. Go, Node, Java, Kubernetes -------------------------------------------------------------------
+for t in release-test-go release-test-dlopen release-test-kubernetes; do
     if [[ -x "$ROOT/scripts/$t.sh" ]]; then
         "$ROOT/scripts/$t.sh" "$DIST" "$WORKER" || fail "scripts/$t.sh"
         log "ok: scripts/$t.sh"

@@ -11,6 +11,7 @@
 #   libwool-<v>.crate, libwool-capi-<v>.crate   Rust, as `cargo package` makes them
 #   goproxy/                            Go: the binding as a module proxy serves it, with the
 #                                       static libraries inside (scripts/release-go.sh)
+#   images, chart, libwool_kubernetes wheel   Kubernetes (scripts/release-kubernetes.sh)
 #   SHA256SUMS                          over every file above
 #
 #   scripts/release.sh [DIST]           (default: dist/ at the repository's root; emptied first)
@@ -273,12 +274,10 @@ for arch in "${ARCHES[@]}"; do
 done
 
 # --- Go --------------------------------------------------------------------------------------
-if [[ -x "$ROOT/scripts/release-go.sh" ]]; then
-    "$ROOT/scripts/release-go.sh" "$VERSION" "$DIST/goproxy" "$STAGE" >&2
-    log "goproxy/ (scripts/release-go.sh)"
-else
-    log "SKIPPED: the Go module (scripts/release-go.sh is missing)"
-fi
+"$ROOT/scripts/release-go.sh" "$VERSION" "$DIST/goproxy" "$STAGE" >&2
+log "goproxy/ (scripts/release-go.sh)"
+
+"$ROOT/scripts/release-kubernetes.sh" "$DIST" "$PY"   # the images, the chart, libwool-kubernetes
 
 # --- checks and checksums --------------------------------------------------------------------
 # No build path inside anything shipped, unpacked (every archive, wheel and module zip).

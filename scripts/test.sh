@@ -47,20 +47,20 @@ setup() {
         # The C, Go and Python suites load libwool (its C ABI package) and run wool-worker.
         cargo build --workspace --lib --bins --examples
 }
-# Builds of many minutes from nothing run in the background from the run's start, at low
-# priority, filling the time the suites spend waiting on workers, sockets and valgrind's one
-# core: Helm and the Kubernetes engine (Go, 15-25 minutes, a second once built) when a selected
-# suite needs them, and the nightly instrumented builds of the fuzz and sanitizer suites. Each
+# Builds of many minutes from nothing run in the background from the run's start, filling the
+# time the suites spend waiting on workers, sockets and valgrind's one core: Helm and the
+# Kubernetes engine (Go, 15-25 minutes, a second once built) when a selected suite needs them,
+# and, at low priority, the nightly instrumented builds of the fuzz and sanitizer suites. Each
 # job's exit status lands in target/background/NAME.status and its time in NAME.seconds; a suite
 # that needs one waits for that file (`await_build`), from any shell.
-background_started() { # name command...
-    local name="$1"
-    shift
+background_started() { # name niceness command...
+    local name="$1" niceness="$2"
+    shift 2
     mkdir -p target/background
     rm -f "target/background/$name".*
     (
         t0=$SECONDS
-        renice -n 10 -p "$BASHPID" >/dev/null
+        renice -n "$niceness" -p "$BASHPID" >/dev/null
         "$@" >"target/background/$name.log" 2>&1 </dev/null
         status=$?
         echo $((SECONDS - t0)) >"target/background/$name.seconds"
@@ -153,8 +153,10 @@ for s in "${selected[@]}"; do
 done
 
 keys=" $(for s in "${selected[@]}"; do field "$s" 0; done | tr '\n' ' ') "
-[[ "$keys" =~ \ (helm|kubernetes|churn)\  ]] && background_started go-tools go_tools
-[[ "$keys" =~ \ (fuzz|fuzz-long|sanitizers)\  ]] && background_started nightly nightly_builds
+# The engine at the foreground's priority: the Kubernetes suite, which then mostly waits, runs
+# beside the CPU-bound suites instead of after them; the nightly builds yield to both.
+[[ "$keys" =~ \ (helm|kubernetes|churn)\  ]] && background_started go-tools 0 go_tools
+[[ "$keys" =~ \ (fuzz|fuzz-long|sanitizers)\  ]] && background_started nightly 10 nightly_builds
 
 # The Kubernetes suite and the soak mostly wait (on KEDA's polling, the HPA's sync, tasks of many
 # seconds; a worker killed every 10 s): in a run of several suites each runs beside the ones

@@ -1,6 +1,7 @@
 //! The Kubernetes suite: wool-scaler driving Deployments through the real engine (etcd,
 //! kube-apiserver, kube-controller-manager's HPA controller, KEDA's operator and metrics
-//! adapter), with wool-worker and wool-scaler processes and a real Wool 0.15.7 pool, in a network
+//! adapter), with wool-worker and wool-scaler processes, a real Wool 0.15.7 pool, and a Wool
+//! application whose pods run Wool's own worker (`wool_app.rs`, `kubelet.rs`), in a network
 //! namespace of its own. Each case is one trial, ignored by a plain `cargo test`:
 //!
 //! ```text
@@ -23,6 +24,7 @@ mod api;
 mod chart;
 mod engine;
 mod fleet;
+mod kubelet;
 mod manifests;
 mod netns;
 mod pki;
@@ -31,6 +33,7 @@ mod processes;
 mod scaling;
 mod setup;
 mod timeline;
+mod wool_app;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -77,6 +80,9 @@ fn cases() -> Vec<Case> {
         case!("scaledown", PODS, pods::scaledown),
         case!("podbounds", KEDA, pods::podbounds),
         case!("manifests", API_SERVER, manifests::manifests),
+        case!("packaged", API_SERVER, manifests::packaged),
+        case!("wool_cycle", PODS, wool_app::cycle),
+        case!("wool_delete", PODS, wool_app::delete),
         case!("churn", KEDA, pods::churn),
     ]
 }

@@ -118,3 +118,87 @@ pub async fn manifests(engine: &'static Engine) -> Verdict {
     );
     checks.verdict()
 }
+
+/// Runs the pinned Helm against the engine's API server as the admin, in namespace `ns`; its
+/// output, or its message.
+fn helm(engine: &Engine, ns: &str, args: &[&str]) -> Result<String, String> {
+    let output = std::process::Command::new(&engine.setup.helm)
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(&engine.kubeconfig)
+        .args(["--namespace", ns])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("helm: {e}"))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(format!(
+            "helm {} failed: {}",
+            args.first().unwrap_or(&""),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
+
+/// The packaged chart as users install it: `helm install` of the archive the release's
+/// `helm package` made (`scripts/release-kubernetes.sh --chart`, named by WOOL_E2E_CHART), with
+/// the Wool application's documented values, by Helm itself against the API server (not a dry
+/// run), then `helm uninstall`.
+pub async fn packaged(engine: &'static Engine) -> Verdict {
+    println!("\n== the packaged chart: helm install from the archive, then helm uninstall");
+    let archive = std::env::var("WOOL_E2E_CHART")
+        .ok()
+        .filter(|p| std::path::Path::new(p).is_file())
+        .ok_or(
+            "precondition not met: WOOL_E2E_CHART names no packaged chart; \
+             `scripts/release-kubernetes.sh --chart DIR` makes it (./scripts/e2e-kubernetes.sh does)",
+        )?;
+    let ns = "e2e-helm";
+    let values = engine.setup.chart().join("ci/wool-workers-values.yaml");
+    let scaler_digest = format!("image.digest={}", engine.setup.scaler_digest);
+    let mut checks = Checks::new("packaged", format!("{ns}/wool from {archive}"));
+    let installed = helm(
+        engine,
+        ns,
+        &[
+            "install",
+            "wool",
+            &archive,
+            "--create-namespace",
+            "-f",
+            &values.display().to_string(),
+            "--set",
+            &scaler_digest,
+            "--set-json",
+            r#"scaledObject.annotations={"autoscaling.keda.sh/paused":"true"}"#,
+        ],
+    );
+    if let Err(e) = &installed {
+        println!("    {e}");
+    }
+    checks.check(installed.is_ok(), format!("helm install wool {archive} succeeds"));
+    let status = helm(engine, ns, &["status", "wool", "-o", "json"]).unwrap_or_default();
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap_or_default();
+    let state = status["info"]["status"].as_str().unwrap_or("-").to_owned();
+    checks.check(state == "deployed", format!("the release is deployed ({state})"));
+    let scaler = image(engine, ns, "wool-scaler").await;
+    let workers = image(engine, ns, "wool-workers").await;
+    checks.check(
+        scaler == format!("ghcr.io/libwool/wool-scaler@{}", engine.setup.scaler_digest)
+            && workers == "registry.example/my-app:1.0",
+        format!("its Deployments are stored, with their images (scaler {scaler}, workers {workers})"),
+    );
+    let scaled = api::scaled_objects(&engine.client, ns).get("wool-workers").await.is_ok();
+    checks.check(scaled, "its ScaledObject wool-workers is stored (KEDA's CRD validating it)");
+    let removed = helm(engine, ns, &["uninstall", "wool"]);
+    checks.check(removed.is_ok(), format!("helm uninstall succeeds ({:?})", removed.err()));
+    let gone = api::wait_until(std::time::Duration::from_secs(60), || async {
+        image(engine, ns, "wool-scaler").await.is_empty()
+    })
+    .await;
+    checks.check(gone, "and its Deployments are gone");
+    println!("    packaged chart {archive}: {state}, then uninstalled");
+    crate::result(format!("packaged: helm install from {archive}: {state}; uninstalled"));
+    checks.verdict()
+}

@@ -89,6 +89,16 @@ terminationGracePeriodSeconds - 10: the stop's last 10 s close Wool's task loop 
 {{- if and $w.enabled (eq $w.kind "reference") $w.tls.oneWay -}}
 {{- fail "workers.tls.oneWay: kind reference serves mutual TLS only; oneWay is for kind wool" -}}
 {{- end -}}
+{{- $ttl := toString .Values.scaler.demand.ttl -}}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $ttl -}}
+{{- $unit := trimPrefix $number $ttl -}}
+{{- $perUnit := dict "" 1.0 "s" 1.0 "ms" 0.001 "m" 60.0 "h" 3600.0 "d" 86400.0 -}}
+{{- if and $number (hasKey $perUnit $unit) -}}
+{{- $seconds := mulf (float64 $number) (get $perUnit $unit) -}}
+{{- if or (lt $seconds 1.0) (gt $seconds 3600.0) -}}
+{{- fail (printf "scaler.demand.ttl: %s is outside 1 s to 1 h (wool-scaler's --demand-ttl would refuse it at start)" $ttl) -}}
+{{- end -}}
+{{- end -}}
 {{- $f := .Values.scaledObject.fleet -}}
 {{- if and $f.targets $f.dnsName -}}
 {{- fail "scaledObject.fleet: targets and dnsName are both set; give only the one fleet.source names" -}}
