@@ -33,8 +33,7 @@ done
 
 chart="$(ls "$DIST"/wool-scaler-*.tgz)" || fail "no chart archive in $DIST"
 "$HELM" lint "$chart" >lint.log 2>&1 || { cat lint.log >&2; fail "helm lint $chart"; }
-tar -xzf "$chart" wool-scaler/ci/wool-workers-values.yaml
-"$HELM" template wool "$chart" -f wool-scaler/ci/wool-workers-values.yaml >rendered.yaml ||
+"$HELM" template wool "$chart" -f "$ROOT/charts/wool-scaler/ci/wool-workers-values.yaml" >rendered.yaml ||
     fail "helm template $chart"
 grep -q 'wool.libwool.dev/version: "0.15.7"' rendered.yaml || fail "the rendered workers carry no Wool version"
 log "ok: $(basename "$chart") lints and renders ($(grep -c '^kind:' rendered.yaml) objects)"

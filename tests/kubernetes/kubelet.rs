@@ -159,7 +159,11 @@ async fn sync(pods: &Api<Pod>, selector: &str, runtime: &Runtime, state: &Mutex<
     for pod in &list.items {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+        let bound = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_some();
         let deleting = pod.metadata.deletion_timestamp.is_some();
         let known = state.lock().unwrap().pods.get(&name).cloned();
         match known {
@@ -172,13 +176,12 @@ async fn sync(pods: &Api<Pod>, selector: &str, runtime: &Runtime, state: &Mutex<
                     "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
                     "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}
                 });
-                let body = serde_json::to_vec(&binding).unwrap();
                 match pods
-                    .create_subresource::<serde_json::Value>(
+                    .create_subresource::<_, serde_json::Value>(
                         "binding",
                         &name,
                         &PostParams::default(),
-                        body,
+                        &binding,
                     )
                     .await
                 {
@@ -237,7 +240,12 @@ async fn sync(pods: &Api<Pod>, selector: &str, runtime: &Runtime, state: &Mutex<
     };
     for (name, running) in forced {
         if running {
-            terminate(state, &name, FORCED_GRACE_SECONDS, "removed from the API at once");
+            terminate(
+                state,
+                &name,
+                FORCED_GRACE_SECONDS,
+                "removed from the API at once",
+            );
         }
     }
     reap(pods, state).await;
@@ -356,13 +364,7 @@ async fn reap(pods: &Api<Pod>, state: &Mutex<State>) {
 
 /// Starts pod `name`'s container: its command (a bare `wool-pod-worker` from the venv), its
 /// arguments and `--host` its address, its plain `env` values after the runtime's.
-fn run(
-    pod: &Pod,
-    name: &str,
-    uid: &str,
-    runtime: &Runtime,
-    state: &Mutex<State>,
-) {
+fn run(pod: &Pod, name: &str, uid: &str, runtime: &Runtime, state: &Mutex<State>) {
     let Some(container) = pod.spec.as_ref().and_then(|s| s.containers.first()) else {
         return;
     };
@@ -430,15 +432,18 @@ fn run(
 }
 
 fn shown(program: &Path) -> String {
-    program
-        .file_name()
-        .map_or_else(|| program.display().to_string(), |n| n.to_string_lossy().into_owned())
+    program.file_name().map_or_else(
+        || program.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 /// Whether the worker at `ip` answers `GET /readyz` with 200 (its probe port).
 async fn ready(ip: &str) -> bool {
     let probe = async {
-        let mut stream = tokio::net::TcpStream::connect((ip, HEALTH_PORT)).await.ok()?;
+        let mut stream = tokio::net::TcpStream::connect((ip, HEALTH_PORT))
+            .await
+            .ok()?;
         stream
             .write_all(b"GET /readyz HTTP/1.0\r\nHost: kubelet\r\n\r\n")
             .await

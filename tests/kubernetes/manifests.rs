@@ -177,28 +177,47 @@ pub async fn packaged(engine: &'static Engine) -> Verdict {
     if let Err(e) = &installed {
         println!("    {e}");
     }
-    checks.check(installed.is_ok(), format!("helm install wool {archive} succeeds"));
+    checks.check(
+        installed.is_ok(),
+        format!("helm install wool {archive} succeeds"),
+    );
     let status = helm(engine, ns, &["status", "wool", "-o", "json"]).unwrap_or_default();
     let status: serde_json::Value = serde_json::from_str(&status).unwrap_or_default();
     let state = status["info"]["status"].as_str().unwrap_or("-").to_owned();
-    checks.check(state == "deployed", format!("the release is deployed ({state})"));
+    checks.check(
+        state == "deployed",
+        format!("the release is deployed ({state})"),
+    );
     let scaler = image(engine, ns, "wool-scaler").await;
     let workers = image(engine, ns, "wool-workers").await;
     checks.check(
         scaler == format!("ghcr.io/libwool/wool-scaler@{}", engine.setup.scaler_digest)
             && workers == "registry.example/my-app:1.0",
-        format!("its Deployments are stored, with their images (scaler {scaler}, workers {workers})"),
+        format!(
+            "its Deployments are stored, with their images (scaler {scaler}, workers {workers})"
+        ),
     );
-    let scaled = api::scaled_objects(&engine.client, ns).get("wool-workers").await.is_ok();
-    checks.check(scaled, "its ScaledObject wool-workers is stored (KEDA's CRD validating it)");
+    let scaled = api::scaled_objects(&engine.client, ns)
+        .get("wool-workers")
+        .await
+        .is_ok();
+    checks.check(
+        scaled,
+        "its ScaledObject wool-workers is stored (KEDA's CRD validating it)",
+    );
     let removed = helm(engine, ns, &["uninstall", "wool"]);
-    checks.check(removed.is_ok(), format!("helm uninstall succeeds ({:?})", removed.err()));
+    checks.check(
+        removed.is_ok(),
+        format!("helm uninstall succeeds ({:?})", removed.err()),
+    );
     let gone = api::wait_until(std::time::Duration::from_secs(60), || async {
         image(engine, ns, "wool-scaler").await.is_empty()
     })
     .await;
     checks.check(gone, "and its Deployments are gone");
     println!("    packaged chart {archive}: {state}, then uninstalled");
-    crate::result(format!("packaged: helm install from {archive}: {state}; uninstalled"));
+    crate::result(format!(
+        "packaged: helm install from {archive}: {state}; uninstalled"
+    ));
     checks.verdict()
 }

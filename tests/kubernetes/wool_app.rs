@@ -283,7 +283,12 @@ pub async fn cycle(engine: &'static Engine) -> Verdict {
 }
 
 /// One 0 → N → 0 run; its summary line.
-async fn run_cycle(app: &App, n: u64, checks: &mut Checks, lost: &mut usize) -> Result<String, String> {
+async fn run_cycle(
+    app: &App,
+    n: u64,
+    checks: &mut Checks,
+    lost: &mut usize,
+) -> Result<String, String> {
     let engine = app.engine;
     let t0 = now();
     let mut timeline = Timeline::start(&engine.client, NS, app.name, &app.scaler.metrics, t0);
@@ -296,7 +301,9 @@ async fn run_cycle(app: &App, n: u64, checks: &mut Checks, lost: &mut usize) -> 
     .chain([grown.display().to_string()])
     .collect();
     let client = app.client(&format!("{n}"), &plan)?;
-    timeline.mark(format!("run {n}: client started (a task of 3 s, then a burst of 12 s tasks, one every 2 s)"));
+    timeline.mark(format!(
+        "run {n}: client started (a task of 3 s, then a burst of 12 s tasks, one every 2 s)"
+    ));
     // The burst goes on until the fleet has grown to N and the client found every pod, plus
     // three more dispatches so that each new worker gets work.
     let found_all = wait_until(grow_limit(), || async {
@@ -324,8 +331,9 @@ async fn run_cycle(app: &App, n: u64, checks: &mut Checks, lost: &mut usize) -> 
     let errors: Vec<&Said> = events.iter().filter(|s| s.event == "error").collect();
     let last_dispatch = dispatches.iter().map(|s| s.t).fold(0.0, f64::max);
     let last_result = results.iter().map(|s| s.t).fold(0.0, f64::max);
-    timeline.mark(format!("run {n}: the client's last result"));
     let at_zero = app.wait_zero(zero_limit()).await;
+    // One more sample, at 0.
+    sleep(1.5).await;
     timeline.stop();
     let mut text = timeline.render();
     text.push_str(&app.kubelet.render(t0));
@@ -344,7 +352,21 @@ async fn run_cycle(app: &App, n: u64, checks: &mut Checks, lost: &mut usize) -> 
     // The timeline: dispatch -> activation -> pod Ready -> discovered -> first result.
     let first_dispatch = dispatches.iter().find(|s| s.task == Some(0)).map(|s| s.t);
     let first = results.iter().find(|s| s.task == Some(0));
-    let activation = first_dispatch.and_then(|d| timeline.first_time(d, |r| r > 0));
+    // Activation: the first sample of replicas above 0, or the first pod's binding if that came
+    // first (the samples are a second apart).
+    let bound = first_dispatch.and_then(|d| {
+        app.kubelet
+            .events()
+            .iter()
+            .filter(|e| e.at >= d && e.what.starts_with("bound"))
+            .map(|e| e.at)
+            .reduce(f64::min)
+    });
+    let activation = first_dispatch
+        .and_then(|d| timeline.first_time(d, |r| r > 0))
+        .into_iter()
+        .chain(bound)
+        .reduce(f64::min);
     let pod_ready = first_dispatch.and_then(|d| {
         app.kubelet
             .pods()
@@ -395,12 +417,17 @@ async fn run_cycle(app: &App, n: u64, checks: &mut Checks, lost: &mut usize) -> 
     checks.evidence(&text);
     *lost += dispatches.len().saturating_sub(results.len());
     checks.check(
-        status.is_some_and(|s| s.success()) && errors.is_empty() && results.len() == dispatches.len(),
+        status.is_some_and(|s| s.success())
+            && errors.is_empty()
+            && results.len() == dispatches.len(),
         format!(
             "run {n}: every task returned its result ({} of {}; client {status:?}{})",
             results.len(),
             dispatches.len(),
-            errors.first().map(|e| format!("; {}", e.error)).unwrap_or_default()
+            errors
+                .first()
+                .map(|e| format!("; {}", e.error))
+                .unwrap_or_default()
         ),
     );
     checks.check(
@@ -472,7 +499,9 @@ async fn run_cycle(app: &App, n: u64, checks: &mut Checks, lost: &mut usize) -> 
 pub async fn delete(engine: &'static Engine) -> Verdict {
     let name = "wooldelete";
     let task = 15.0;
-    println!("\n== a busy Wool worker's pod deleted (grace {POD_GRACE} s): SIGTERM drains its task");
+    println!(
+        "\n== a busy Wool worker's pod deleted (grace {POD_GRACE} s): SIGTERM drains its task"
+    );
     let app = App::arrange(engine, name).await?;
     let mut checks = Checks::new("wool_delete", format!("{NS}/{name}"));
     if !app.wait_zero(zero_limit()).await {
@@ -485,9 +514,11 @@ pub async fn delete(engine: &'static Engine) -> Verdict {
     // The pod whose worker runs the task (from zero: the first pod).
     let mut busy: Option<Running> = None;
     wait_until(grow_limit(), || {
-        let found = app.kubelet.pods().into_iter().find(|p| {
-            processes::logged(&[&p.process.log], &["nap started"])
-        });
+        let found = app
+            .kubelet
+            .pods()
+            .into_iter()
+            .find(|p| processes::logged(&[&p.process.log], &["nap started"]));
         let done = found.is_some();
         busy = found;
         async move { done }
@@ -504,10 +535,16 @@ pub async fn delete(engine: &'static Engine) -> Verdict {
     pods.delete(&pod.name, &DeleteParams::default())
         .await
         .map_err(|e| format!("case wool_delete: deleting pod {NS}/{}: {e}", pod.name))?;
-    println!("    {} pod {} deleted while its task runs", crate::clock(), pod.name);
+    println!(
+        "    {} pod {} deleted while its task runs",
+        crate::clock(),
+        pod.name
+    );
     let status = wait_exit(&client, Duration::from_secs(POD_GRACE + 60)).await;
     let events = said(&std::fs::read_to_string(&client.out).unwrap_or_default());
-    let answer = events.iter().find(|s| s.event == "result" && s.task == Some(0));
+    let answer = events
+        .iter()
+        .find(|s| s.event == "result" && s.task == Some(0));
     let error = events.iter().find(|s| s.event == "error");
     wait_until(Duration::from_secs(30), || async {
         app.kubelet.pod(&pod.name).is_some_and(|p| p.removed)
@@ -533,7 +570,9 @@ pub async fn delete(engine: &'static Engine) -> Verdict {
         ),
     );
     checks.check(
-        status.is_some_and(|s| s.success()) && error.is_none() && answer.is_some_and(|a| a.pod == pod.name),
+        status.is_some_and(|s| s.success())
+            && error.is_none()
+            && answer.is_some_and(|a| a.pod == pod.name),
         format!(
             "the task's result reached the client from pod {} ({}; client {status:?})",
             pod.name,
@@ -544,11 +583,16 @@ pub async fn delete(engine: &'static Engine) -> Verdict {
         ),
     );
     checks.check(
-        processes::holds_in_order(&log.replace('\n', " "), &["stop begun by SIGTERM", "nap ended", "drained in"]),
+        processes::holds_in_order(
+            &log.replace('\n', " "),
+            &["stop begun by SIGTERM", "nap ended", "drained in"],
+        ),
         "the worker's log: stop begun by SIGTERM, then the task's end, then drained",
     );
     checks.check(
-        stopped.exited.is_some_and(|(at, s)| s.success() && answer.is_some_and(|a| at >= a.t - 1.0))
+        stopped
+            .exited
+            .is_some_and(|(at, s)| s.success() && answer.is_some_and(|a| at >= a.t - 1.0))
             && stopped.removed,
         format!(
             "the worker exited 0 after the result and the pod was removed then ({:?})",

@@ -166,6 +166,36 @@ def test_list_watch_relist(api_kubeconfig, caplog):
     assert any("AnswerTooLarge" in m and "listing again in" in m for m in messages), messages
 
 
+def test_cancelling_the_reading_task_ends_the_stream(api_kubeconfig, caplog):
+    """Given a task reading the stream while its watch waits for an event (as a client's
+    watcher, or Wool's proxy at the pool's exit, does), cancelling the task ends the stream:
+    the task ends cancelled and nothing is listed again."""
+
+    async def scenario():
+        api = StandInApi()
+        api_kubeconfig(await api.start())
+        api.pods = [captured("pod-ready", A)]
+        seen = []
+
+        async def read():
+            async for event in KubernetesDiscovery("app=wool", max_workers=10).subscriber:
+                seen.append(event)
+
+        task = asyncio.ensure_future(read())
+        await until(lambda: api.watches == 1 and seen, "the first watch")
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, LIMIT)
+        await asyncio.sleep(0.5)
+        assert api.lists == 1
+
+    with caplog.at_level(logging.INFO, logger="libwool_kubernetes"):
+        asyncio.run(scenario())
+    again = [r.getMessage() for r in caplog.records if "listing again" in r.getMessage()]
+    assert not again, again
+
+
 def test_bounded_transport_bounds_answers_and_watch_lines():
     """Given answers from a real HTTP server, a plain answer is bounded as a whole and a
     watch's lines one by one (many lines under the bound pass, one past it fails)."""

@@ -193,6 +193,10 @@ class KubernetesSubscriber:
                     async for event in self._watch(client, namespace, version, roster, skips, backoff):
                         yield event
                 except Exception as error:  # never ends the stream: listed again
+                    if _cancelling():
+                        # An error raised while the iteration is being cancelled (a watch
+                        # closed mid-read) is the cancellation's: the stream ends.
+                        raise
                     if isinstance(error, ApiError) and error.status.code == 410 and backoff.fresh:
                         logger.info("%s: 410 Gone (resourceVersion expired), listing again", source)
                         backoff.delay()  # a second 410 before any event waits
@@ -236,7 +240,10 @@ class KubernetesSubscriber:
         ).__aiter__()
         try:
             while True:
-                kind, pod = await asyncio.wait_for(anext(stream), SILENT_WATCH_SECONDS)
+                # In this task (asyncio.timeout, not wait_for's task of its own): a cancellation
+                # then never finds the watch's generator running in another task when it closes it.
+                async with asyncio.timeout(SILENT_WATCH_SECONDS):
+                    kind, pod = await anext(stream)
                 backoff.reset()
                 if (uid := _uid(pod)) is None:
                     continue
@@ -249,7 +256,14 @@ class KubernetesSubscriber:
                 for event in events:
                     yield event
         finally:
-            await stream.aclose()
+            try:
+                await stream.aclose()
+            except RuntimeError:
+                # A read cancelled mid-way may leave the watch's generator running
+                # ("aclose(): asynchronous generator is already running"); the exception on its
+                # way out (the cancellation) is what counts, not this one.
+                if not _cancelling():
+                    raise
 
     def _worker(self, pod: PodModel, skips: _Skips) -> WorkerMetadata | None:
         try:
@@ -257,6 +271,12 @@ class KubernetesSubscriber:
         except PodSkipped as skipped:
             skips.warn(pod.metadata.uid, skipped)
             return None
+
+
+def _cancelling() -> bool:
+    """Whether the current task is being cancelled."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def parse_selector(selector: Mapping[str, str] | str) -> tuple[tuple[str, str], ...]:
