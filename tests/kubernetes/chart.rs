@@ -58,14 +58,22 @@ pub fn render(
     extra: &[String],
 ) -> Result<String, String> {
     let setup = &engine.setup;
-    let output = Command::new(&setup.helm)
-        .arg("template")
-        .arg(release)
-        .arg(setup.chart())
-        .args(["--namespace", ns])
-        .args(set("image.digest", &setup.scaler_digest))
-        .args(set("workers.image.digest", &setup.worker_digest))
-        .args(extra)
+    run_helm(
+        Command::new(&setup.helm)
+            .arg("template")
+            .arg(release)
+            .arg(setup.chart())
+            .args(["--namespace", ns])
+            .args(set("image.digest", &setup.scaler_digest))
+            .args(set("workers.image.digest", &setup.worker_digest))
+            .args(extra),
+        &format!("template {release}"),
+    )
+}
+
+/// Runs a Helm `command` (`what` names it in a failure); its standard output, or its message.
+pub fn run_helm(command: &mut Command, what: &str) -> Result<String, String> {
+    let output = command
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("helm: {e}"))?;
@@ -73,7 +81,7 @@ pub fn render(
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     } else {
         Err(format!(
-            "helm template {release} failed: {}",
+            "helm {what} failed: {}",
             String::from_utf8_lossy(&output.stderr).trim()
         ))
     }

@@ -122,23 +122,14 @@ pub async fn manifests(engine: &'static Engine) -> Verdict {
 /// Runs the pinned Helm against the engine's API server as the admin, in namespace `ns`; its
 /// output, or its message.
 fn helm(engine: &Engine, ns: &str, args: &[&str]) -> Result<String, String> {
-    let output = std::process::Command::new(&engine.setup.helm)
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(&engine.kubeconfig)
-        .args(["--namespace", ns])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| format!("helm: {e}"))?;
-    if output.status.success() {
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    } else {
-        Err(format!(
-            "helm {} failed: {}",
-            args.first().unwrap_or(&""),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
+    chart::run_helm(
+        std::process::Command::new(&engine.setup.helm)
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&engine.kubeconfig)
+            .args(["--namespace", ns]),
+        args.first().unwrap_or(&""),
+    )
 }
 
 /// The packaged chart as users install it: `helm install` of the archive the release's
