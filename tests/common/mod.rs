@@ -350,6 +350,39 @@ pub fn replace_file(path: &Path, contents: &str) {
     std::fs::rename(&staged, path).unwrap();
 }
 
+/// The deadline each call of a burst of `calls` gets, derived from what the burst waits for:
+/// `sample` calls of the same kind run at once here and now (so under a sanitizer, or on a busy
+/// machine, they are as slow as the burst will be), their time scaled to the burst, times 4,
+/// and never under 60 s. A burst's calls wait their turn on one connection, so a fixed deadline
+/// would measure the machine, not the client. `call` makes one call with the deadline it is given
+/// (`None` for the sample: it is bounded by 10 minutes instead).
+pub async fn burst_deadline<F, Fut, T, E>(calls: usize, sample: usize, call: F) -> Duration
+where
+    F: Fn(Option<Duration>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>> + Send + 'static,
+    T: Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    let begun = Instant::now();
+    let sampled: Vec<_> = (0..sample).map(|_| tokio::spawn(call(None))).collect();
+    for outcome in sampled {
+        let finished = tokio::time::timeout(Duration::from_secs(600), outcome).await;
+        if let Err(error) = finished
+            .expect("a sample call ended within 10 minutes")
+            .unwrap()
+        {
+            panic!("precondition not met: a sample call of the burst failed: {error}");
+        }
+    }
+    let scaled = begun.elapsed().mul_f64(4.0 * calls as f64 / sample as f64);
+    let deadline = scaled.max(Duration::from_secs(60));
+    eprintln!(
+        "{sample} sample calls took {:?}: each of {calls} gets {deadline:?}",
+        begun.elapsed()
+    );
+    deadline
+}
+
 /// A two-thread tokio runtime for a test's async parts.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

@@ -524,11 +524,16 @@ async fn given_unix_socket_worker_then_idle_and_stop_work_over_it() {
 async fn given_one_connection_when_10000_idle_polls_burst_then_all_succeed() {
     let worker = reference_worker().await;
     let conn = Arc::new(WorkerConnection::new(worker.address()).unwrap());
+    let deadline = common::burst_deadline(10_000, 500, |deadline| {
+        let conn = Arc::clone(&conn);
+        async move { conn.idle(deadline).await }
+    })
+    .await;
     let begun = Instant::now();
     let polls: Vec<_> = (0..10_000)
         .map(|_| {
             let conn = Arc::clone(&conn);
-            tokio::spawn(async move { conn.idle(Some(Duration::from_secs(60))).await })
+            tokio::spawn(async move { conn.idle(Some(deadline)).await })
         })
         .collect();
     let mut failures = Vec::new();
@@ -599,6 +604,11 @@ async fn given_one_connection_when_5000_dispatches_burst_then_all_succeed_and_th
     // client keeps streaming calls to its limit so a burst waits its turn instead.
     let worker = reference_worker().await;
     let conn = Arc::new(WorkerConnection::new(worker.address()).unwrap());
+    let deadline = common::burst_deadline(5_000, 250, |deadline| {
+        let conn = Arc::clone(&conn);
+        async move { conn.dispatch("echo", b"sample".to_vec(), deadline).await }
+    })
+    .await;
     let begun = Instant::now();
     let tasks: Vec<_> = (0..5_000u32)
         .map(|i| {
@@ -606,12 +616,8 @@ async fn given_one_connection_when_5000_dispatches_burst_then_all_succeed_and_th
             tokio::spawn(async move {
                 (
                     i,
-                    conn.dispatch(
-                        "echo",
-                        i.to_be_bytes().to_vec(),
-                        Some(Duration::from_secs(60)),
-                    )
-                    .await,
+                    conn.dispatch("echo", i.to_be_bytes().to_vec(), Some(deadline))
+                        .await,
                 )
             })
         })
