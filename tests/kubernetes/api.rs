@@ -269,16 +269,24 @@ pub async fn pod_count(client: &Client, ns: &str, selector: &str) -> usize {
 /// Plays the kubelet's part for pod `ns/name`: through the status subresource, phase Running,
 /// `ip` as its address and a Ready condition.
 pub async fn play_kubelet(client: &Client, ns: &str, name: &str, ip: &str) -> Result<(), String> {
+    pod_status(&Api::namespaced(client.clone(), ns), name, ip, true)
+        .await
+        .map_err(|e| format!("pod {ns}/{name}'s status: {e}"))
+}
+
+/// Reports pod `name` Running at `ip`, Ready or not, through the status subresource (the
+/// kubelet's part).
+pub async fn pod_status(pods: &Api<Pod>, name: &str, ip: &str, ready: bool) -> Result<(), String> {
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let status = serde_json::json!({"status": {
         "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
-        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}]
+        "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" },
+                        "lastTransitionTime": now}]
     }});
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(status))
         .await
         .map(|_| ())
-        .map_err(|e| format!("pod {ns}/{name}'s status: {e}"))
+        .map_err(|e| e.to_string())
 }
 
 /// Pod `ns/name`'s deletion-cost annotation, or "-" when it has none.

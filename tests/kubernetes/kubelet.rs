@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use kube::{Api, Client};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -209,7 +209,7 @@ async fn sync(pods: &Api<Pod>, selector: &str, runtime: &Runtime, state: &Mutex<
             }
             Some(running) if running.ready_at.is_none() && running.exited.is_none() => {
                 if ready(&running.ip).await {
-                    let reported = report(pods, &name, &running.ip, true).await;
+                    let reported = crate::api::pod_status(pods, &name, &running.ip, true).await;
                     let mut state = state.lock().unwrap();
                     match reported {
                         Ok(()) => {
@@ -264,23 +264,9 @@ fn terminate(state: &Mutex<State>, name: &str, grace: f64, why: &str) {
     state.event(name, format!("{why}: SIGTERM, SIGKILL after {grace:.0} s"));
 }
 
-/// Reports pod `name` Running at `ip`, Ready or not (status subresource).
-async fn report(pods: &Api<Pod>, name: &str, ip: &str, ready: bool) -> Result<(), String> {
-    let time = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    let status = serde_json::json!({"status": {
-        "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
-        "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" },
-                        "lastTransitionTime": time}]
-    }});
-    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(status))
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
-}
-
 /// Reports a stopping pod not Ready (its readiness probe fails once the worker drains).
 async fn not_ready(pods: &Api<Pod>, name: &str, ip: &str) {
-    let _ = report(pods, name, ip, false).await;
+    let _ = crate::api::pod_status(pods, name, ip, false).await;
 }
 
 /// Removes pod `name` (uid `uid`) from the API: the kubelet's last step, grace 0.
